@@ -1,0 +1,150 @@
+"""Adam and AMSGrad as a pure rule plus its OptimizerV2 adapter."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import tensorflow as tf
+import tf_keras
+
+from optimizers.base import RuleOptimizer
+from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE
+from optimizers.rules import safe_sqrt
+
+ADAM_REFERENCE = "Kingma & Ba 2015, 'Adam', arXiv:1412.6980, Algorithm 1 and sec. 2 (epsilon-hat form)"
+AMSGRAD_REFERENCE = "Reddi, Kale & Kumar 2018, 'On the Convergence of Adam and Beyond', ICLR, Algorithm 2"
+
+
+def adam_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Scalar coefficients of Adam at 1-based step `step` (Kingma & Ba 2015, sec. 2).
+
+    `lr_t = learning_rate * sqrt(1 - beta_2**t) / (1 - beta_1**t)` folds both bias corrections
+    into the step size, as TensorFlow/Keras do ("epsilon-hat" form, end of sec. 2 of the paper).
+
+    Args:
+        hypers: `learning_rate`, `beta_1`, `beta_2`, `epsilon` as scalar float tensors.
+        step: scalar float tensor t >= 1 (same dtype).
+
+    Returns:
+        dict with `lr_t`, `beta_1`, `beta_2`, `epsilon` (scalars of the same dtype).
+    """
+    beta_1, beta_2 = hypers["beta_1"], hypers["beta_2"]
+    lr_t = hypers["learning_rate"] * safe_sqrt(1 - beta_2**step) / (1 - beta_1**step)
+    return {"lr_t": lr_t, "beta_1": beta_1, "beta_2": beta_2, "epsilon": hypers["epsilon"]}
+
+
+def adam_moments(
+    grad: tf.Tensor, m: tf.Tensor, v: tf.Tensor, coeffs: Mapping[str, tf.Tensor]
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The moment estimates `m_t = b1 m + (1 - b1) g`, `v_t = b2 v + (1 - b2) g**2`."""
+    beta_1, beta_2 = coeffs["beta_1"], coeffs["beta_2"]
+    return beta_1 * m + (1 - beta_1) * grad, beta_2 * v + (1 - beta_2) * tf.square(grad)
+
+
+def adam_update(
+    grad: tf.Tensor,
+    var: tf.Tensor,
+    slots: Mapping[str, tf.Tensor],
+    coeffs: Mapping[str, tf.Tensor],
+    amsgrad: bool = False,
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """One Adam (or AMSGrad) step on one variable; pure and differentiable.
+
+        m    <- beta_1 * m + (1 - beta_1) * grad
+        v    <- beta_2 * v + (1 - beta_2) * grad**2
+        vhat <- max(vhat, v)                                   (AMSGrad only)
+        var  <- var - lr_t * m / (sqrt(v or vhat) + epsilon)
+
+    Args:
+        grad, var: tensors of one shape and float dtype.
+        slots: `m`, `v` (and `vhat` when `amsgrad`), shaped like `var`.
+        coeffs: from `adam_coefficients`.
+        amsgrad: use the running maximum `vhat` in the denominator (Reddi et al. 2018).
+
+    Returns:
+        (new_var, {"m", "v"[, "vhat"]}), same shapes and dtype as `var`.
+    """
+    m, v = adam_moments(grad, slots["m"], slots["v"], coeffs)
+    new_slots = {"m": m, "v": v}
+    denominator_source = v
+    if amsgrad:
+        new_slots["vhat"] = denominator_source = tf.maximum(slots["vhat"], v)
+    step = coeffs["lr_t"] * m / (safe_sqrt(denominator_source) + coeffs["epsilon"])
+    return var - step, new_slots
+
+
+@tf_keras.saving.register_keras_serializable(package="OptimizerLab")
+class Adam(RuleOptimizer):
+    """Adam (Kingma & Ba 2015, arXiv:1412.6980) with the AMSGrad option (Reddi et al. 2018).
+
+    Update for each variable `var` with gradient `grad` at step t = iterations + 1:
+
+        lr_t = learning_rate * sqrt(1 - beta_2**t) / (1 - beta_1**t)
+        m    = beta_1 * m + (1 - beta_1) * grad
+        v    = beta_2 * v + (1 - beta_2) * grad**2
+        vhat = max(vhat, v)                                  # amsgrad=True only
+        var  = var - lr_t * m / (sqrt(v or vhat) + epsilon)
+
+    This is TensorFlow's "epsilon-hat" form (epsilon added after the bias correction is folded
+    into `lr_t`), so it matches `tf_keras.optimizers.legacy.Adam`; the paper's Algorithm 1 adds
+    epsilon to sqrt(v_hat) instead, which differs when sqrt(v) is comparable to epsilon.
+
+    Unlike the Keras class, `epsilon` is registered with `_set_hyper` (it is a differentiable
+    hyperparameter and can be changed live). `amsgrad` stays a plain attribute: it decides
+    whether the `vhat` slot exists, which cannot change after `_create_slots` ran.
+
+    Slots (each shaped like its variable, same dtype): `m`, `v`, and `vhat` when `amsgrad`.
+
+    Args:
+        learning_rate: float in (0, 10], default 1e-3.
+        beta_1: float in [0, 1), default 0.9.
+        beta_2: float in [0, 1), default 0.999.
+        epsilon: float in (0, 1], default 1e-7.
+        amsgrad: bool, default False.
+
+    Raises:
+        InvalidHyperparameter: a hyperparameter outside its range, NaN/inf or not a number.
+    """
+
+    HYPERPARAMETERS = (
+        LEARNING_RATE,
+        BETA_1,
+        BETA_2,
+        EPSILON,
+    )
+    OPTIONS = ("amsgrad",)
+
+    def __init__(
+        self,
+        learning_rate=1e-3,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-7,
+        amsgrad=False,
+        name="Adam",
+        **kwargs,
+    ):
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("beta_1", beta_1)
+        self._set_hyper("beta_2", beta_2)
+        self._set_hyper("epsilon", epsilon)
+        self.amsgrad = bool(amsgrad)
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self.add_slot(var, "m")
+        for var in var_list:
+            self.add_slot(var, "v")
+        if self.amsgrad:
+            for var in var_list:
+                self.add_slot(var, "vhat")
+
+    def slot_names_for_rule(self):
+        return ("m", "v", "vhat") if self.amsgrad else ("m", "v")
+
+    def coefficients(self, hypers, step):
+        return adam_coefficients(hypers, step)
+
+    def update(self, grad, var, slots, coeffs):
+        return adam_update(grad, var, slots, coeffs, amsgrad=self.amsgrad)

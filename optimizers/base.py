@@ -1,0 +1,202 @@
+"""`RuleOptimizer`: the adapter between a pure update rule and the Keras 2 `OptimizerV2` contract.
+
+How the base class `tf_keras.optimizers.legacy.Optimizer` drives a subclass, in call order
+(`apply_gradients` -> `_create_all_weights` -> `_create_hypers` + `_create_slots` -> `_prepare`
+-> `_prepare_local` once per (device, dtype) -> `_resource_apply_dense` or
+`_resource_apply_sparse` once per variable -> `iterations += 1`):
+
+* `__init__` (subclass) registers every numeric hyperparameter with `_set_hyper`. Until the first
+  `apply_gradients` they are Python floats in `self._hyper`; `_create_hypers` then turns each into
+  a `tf.Variable`, so later `_set_hyper` calls *assign* to that variable and a traced
+  `tf.function` sees the new value without retracing.
+* `_create_slots` (subclass) calls `add_slot(var, name)` for every slot. It runs inside the first
+  `apply_gradients`, which is why `get_slot_names()` is empty before the first step.
+* `_prepare_local` (here) computes the rule's scalar coefficients once per (device, dtype) and
+  stores them in `apply_state[(var_device, var_dtype)]`.
+* `_resource_apply_dense` / `_resource_apply_sparse` (here) read the slots, call the pure
+  `update` rule and assign the results.
+
+Subclasses implement `coefficients` and `update` as pure functions of tensors (see
+`optimizers/rules.py`); the hyper-gradient engine calls the same two methods.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from optimizers.hyperparams import HyperSpec, InvalidHyperparameter
+from optimizers.rules import as_step
+
+LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
+
+
+def shortest_float(value: Any) -> float:
+    """`value` as a Python float; a float32 becomes the shortest decimal that round-trips."""
+    if isinstance(value, np.float32):
+        return float(str(value))
+    return float(value)
+
+
+class RuleOptimizer(LegacyOptimizer):
+    """Base class of every optimizer of the lab (an OptimizerV2 whose maths is a pure rule).
+
+    Class attributes a subclass sets:
+        HYPERPARAMETERS: the `HyperSpec` of every numeric hyperparameter it registers with
+            `_set_hyper` (name = constructor kwarg = `_hyper` key = `get_config` key).
+        OPTIONS: names of plain (non-tensor) constructor settings kept as attributes and in
+            `get_config`, e.g. `amsgrad`: they change which slots exist or which branch of the
+            maths runs, so they are fixed for the optimizer's life and never traced.
+
+    Raises (from `_set_hyper`, hence from the constructor and from live changes):
+        InvalidHyperparameter: a value outside the spec's range, NaN/inf or not a number.
+        KeyError: `_set_hyper` called on a name that is not a declared hyperparameter.
+    """
+
+    HYPERPARAMETERS: ClassVar[tuple[HyperSpec, ...]] = ()
+    OPTIONS: ClassVar[tuple[str, ...]] = ()
+    _HAS_AGGREGATE_GRAD = True
+
+    def __init__(self, name: str, **kwargs: Any):
+        decay = kwargs.pop("decay", 0.0)
+        if decay:
+            raise ValueError(
+                f"decay={decay!r} refused: the lab's optimizers take no `decay`; "
+                "change learning_rate live instead"
+            )
+        super().__init__(name, **kwargs)
+
+    # ----- hyperparameters ------------------------------------------------------------------
+    def hyperparameter_specs(self) -> tuple[HyperSpec, ...]:
+        """The specs of this instance's `_set_hyper` hyperparameters, in registration order."""
+        return self.HYPERPARAMETERS
+
+    def spec(self, name: str) -> HyperSpec:
+        """The `HyperSpec` named `name`.
+
+        Raises:
+            KeyError: no such hyperparameter (message lists the known names).
+        """
+        for spec in self.hyperparameter_specs():
+            if spec.name == name:
+                return spec
+        known = ", ".join(s.name for s in self.hyperparameter_specs())
+        raise KeyError(f"{type(self).__name__} has no hyperparameter {name!r}; known: {known}")
+
+    def _set_hyper(self, name: str, value: Any) -> None:
+        """Validate, then register or assign hyperparameter `name` (see the module docstring).
+
+        Refused values raise before anything is assigned, so the old value stays in effect.
+        """
+        super()._set_hyper(name, self.spec(name).validate(value))
+
+    def hyper_tensors(self, dtype: tf.DType) -> dict[str, tf.Tensor]:
+        """Every hyperparameter as a scalar tensor of `dtype` (`_get_hyper(name, dtype)`)."""
+        return {s.name: self._get_hyper(s.name, dtype) for s in self.hyperparameter_specs()}
+
+    def hyper_values(self) -> dict[str, float]:
+        """Every hyperparameter's current value as a Python float (`_serialize_hyperparameter`).
+
+        Values are stored in float32 variables; they are returned as the shortest decimal that
+        rounds to the same float32 (0.01, not 0.009999999776482582) so configs stay readable.
+        """
+        return {
+            s.name: shortest_float(self._serialize_hyperparameter(s.name))
+            for s in self.hyperparameter_specs()
+        }
+
+    # ----- the pure rule (subclasses) ----------------------------------------------------------
+    def slot_names_for_rule(self) -> tuple[str, ...]:
+        """Names of the slots `update` reads and returns, in `add_slot` order."""
+        raise NotImplementedError
+
+    def coefficients(self, hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Scalar coefficients of the update at 1-based step `step` (pure, differentiable).
+
+        Args:
+            hypers: hyperparameter name -> scalar tensor (all of `hyperparameter_specs()`).
+            step: scalar tensor, same float dtype, the step t >= 1 of the update.
+        """
+        raise NotImplementedError
+
+    def update(
+        self,
+        grad: tf.Tensor,
+        var: tf.Tensor,
+        slots: Mapping[str, tf.Tensor],
+        coeffs: Mapping[str, tf.Tensor],
+    ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """The new variable and slots (pure, differentiable; same shapes and dtype as `var`)."""
+        raise NotImplementedError
+
+    # ----- OptimizerV2 adapter ------------------------------------------------------------
+    def _prepare_local(self, var_device, var_dtype, apply_state):
+        # The base class puts `lr_t` (the learning rate, as var_dtype) in apply_state; we add
+        # every coefficient of the rule, computed once per (device, dtype), not per variable.
+        super()._prepare_local(var_device, var_dtype, apply_state)
+        step = as_step(self.iterations, var_dtype)
+        apply_state[(var_device, var_dtype)].update(
+            self.coefficients(self.hyper_tensors(var_dtype), step)
+        )
+
+    def _coefficients_for(self, var, apply_state) -> Mapping[str, tf.Tensor]:
+        key = (var.device, var.dtype.base_dtype)
+        return (apply_state or {}).get(key) or self._fallback_apply_state(*key)
+
+    def _resource_apply_dense(self, grad, var, apply_state=None):
+        """Dense update: every element of `var` and of each of its slots is rewritten.
+
+        Args:
+            grad: tensor shaped like `var` (same dtype).
+            var: the trainable `tf.Variable` to update.
+            apply_state: dict (device, dtype) -> coefficients from `_prepare_local`.
+        """
+        coeffs = self._coefficients_for(var, apply_state)
+        slot_vars = {n: self.get_slot(var, n) for n in self.slot_names_for_rule()}
+        slots = {n: s.read_value() for n, s in slot_vars.items()}
+        new_var, new_slots = self.update(grad, var.read_value(), slots, coeffs)
+        assigns = [var.assign(new_var, read_value=False)]
+        assigns += [slot_vars[n].assign(new_slots[n], read_value=False) for n in slot_vars]
+        return tf.group(*assigns)
+
+    def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
+        """Sparse ("lazy") update for `tf.IndexedSlices` gradients, e.g. of an `Embedding`.
+
+        Only the rows named in `indices` change, in the variable and in every slot: the rule is
+        applied to the gathered rows and the results are scattered back. Rows absent from the
+        batch keep their slots untouched (their momentum does not decay), unlike a dense update
+        with a zero gradient and unlike stock Keras Adam, which decays `m` and `v` everywhere.
+        With every row in `indices` the result equals the dense update. Duplicate indices were
+        already summed by the base class (`_resource_apply_sparse_duplicate_indices`).
+
+        Args:
+            grad: tensor [n_indices, *var.shape[1:]], the gradient rows.
+            var: the `tf.Variable` to update, shape [n_rows, ...].
+            indices: int tensor [n_indices], unique row indices.
+            apply_state: as in `_resource_apply_dense`.
+        """
+        coeffs = self._coefficients_for(var, apply_state)
+        slot_vars = {n: self.get_slot(var, n) for n in self.slot_names_for_rule()}
+        slot_rows = {n: tf.gather(s, indices) for n, s in slot_vars.items()}
+        new_rows, new_slot_rows = self.update(grad, tf.gather(var, indices), slot_rows, coeffs)
+        updates = [var.scatter_update(tf.IndexedSlices(new_rows, indices))]
+        updates += [
+            slot_vars[n].scatter_update(tf.IndexedSlices(new_slot_rows[n], indices))
+            for n in slot_vars
+        ]
+        return tf.group(*updates)
+
+    # ----- serialization --------------------------------------------------------------------
+    def get_config(self) -> dict[str, Any]:
+        """Base config plus every hyperparameter (via `_serialize_hyperparameter`) and option."""
+        config = super().get_config()
+        config.update(self.hyper_values())
+        for option in self.OPTIONS:
+            config[option] = getattr(self, option)
+        return config
+
+
+__all__ = ["RuleOptimizer", "InvalidHyperparameter"]

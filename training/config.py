@@ -1,0 +1,78 @@
+"""The run config: every setting of a run in one validated record (pydantic).
+
+A run is reproducible from its `RunConfig` alone (same config and seed give the same curve).
+The same model validates the Train page's widgets, imported JSON configs and the command line,
+so every entry point refuses bad input with the same message naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from optimizers import registry
+
+DATASETS = ("digits", "breast_cancer", "moons", "tokens")
+MODELS = ("logistic", "mlp", "cnn", "embedding")
+# Which models each dataset can feed: the CNN needs 8x8 images, the embedding model token ids.
+COMPATIBLE_MODELS = {
+    "digits": ("mlp", "logistic", "cnn"),
+    "breast_cancer": ("mlp", "logistic"),
+    "moons": ("mlp", "logistic"),
+    "tokens": ("embedding",),
+}
+
+
+class RunConfig(BaseModel):
+    """All settings of one training run.
+
+    Fields:
+        optimizer: a registry name (`optimizers.registry.names()`).
+        hyperparameters: `_set_hyper` name -> float; missing ones take the spec default.
+        options: plain optimizer options (e.g. `amsgrad`, `nesterov`, `centered`).
+        dataset, model: see `DATASETS`, `MODELS`, `COMPATIBLE_MODELS`.
+        batch_size: examples per step, 1..4096.
+        steps: optimizer steps (`apply_gradients` calls), 1..1,000,000.
+        seed: seeds the split, the initial weights and the batch order, 0..2**31-1.
+        device: a logical device name such as `/device:CPU:0`; "" picks the first GPU, else CPU.
+        eval_every: steps between validation-loss evaluations, 1..10,000.
+        dtype: float dtype of the model and optimizer state.
+
+    Raises:
+        pydantic.ValidationError: any field out of range or unknown; messages name the field.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    optimizer: str = registry.DEFAULT_OPTIMIZER
+    hyperparameters: dict[str, float] = Field(default_factory=dict)
+    options: dict[str, bool | int | str] = Field(default_factory=dict)
+    dataset: Literal["digits", "breast_cancer", "moons", "tokens"] = "digits"
+    model: Literal["logistic", "mlp", "cnn", "embedding"] = "mlp"
+    batch_size: int = Field(128, ge=1, le=4096)
+    steps: int = Field(1000, ge=1, le=1_000_000)
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    device: str = Field("", max_length=64)
+    eval_every: int = Field(25, ge=1, le=10_000)
+    dtype: Literal["float32", "float64"] = "float32"
+
+    @model_validator(mode="after")
+    def _check_optimizer_and_model(self) -> "RunConfig":
+        try:
+            self.options = registry.validate_options(self.optimizer, dict(self.options))
+            self.hyperparameters = registry.validate_hypers(
+                self.optimizer, dict(self.hyperparameters), self.options
+            )
+        except KeyError as error:  # pydantic reports ValueError, not KeyError
+            raise ValueError(error.args[0]) from None
+        if self.model not in COMPATIBLE_MODELS[self.dataset]:
+            raise ValueError(
+                f"model={self.model!r} refused for dataset={self.dataset!r}: "
+                f"allowed {', '.join(COMPATIBLE_MODELS[self.dataset])}"
+            )
+        return self
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """A plain dict (JSON-ready) holding every field."""
+        return self.model_dump(mode="json")

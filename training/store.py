@@ -1,0 +1,372 @@
+"""The run store: one SQLite database (WAL mode) that is both the bus and the memory of the lab.
+
+Run processes append records in batches (one transaction per batch, so a run killed with SIGKILL
+loses at most the batch it was writing and never corrupts the file); the Streamlit pages read
+it and write commands (`set_hyper`, `pause`, `resume`, `stop`) that the run process polls.
+
+Tables (all steps are 1-based optimizer steps, times are Unix seconds):
+
+* `runs`: one row per run: status, the full config JSON, optimizer config, versions, device,
+  the run process's pid and heartbeat, the last step reached.
+* `scalars(run_id, step, name, value)`: `train_loss`, `val_loss`, `val_accuracy`, ...
+* `hyper_changes(run_id, step, name, old, new, source)`: every hyperparameter value that took
+  effect at `step` (`source` = `init`, `user`, `auto-tune`); the trace of a hyperparameter is
+  the step function through these rows.
+* `slot_stats(run_id, step, variable, slot, norm, mean, std)`: per (variable, slot) statistics;
+  `slot = "update"` is the effective per-parameter step `var_before - var_after`.
+* `histograms(run_id, step, variable, slot, lo, hi, counts)`: equal-width histogram of the values
+  between `lo` and `hi` (counts as a JSON list of ints).
+* `commands(id, run_id, kind, payload, status, message, step)`: `pending` -> `done`/`refused`.
+
+The data directory defaults to `~/.optimizer-lab` and is overridden by `OPTIMIZER_LAB_HOME`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import pandas as pd
+
+ACTIVE_STATUSES = ("starting", "running", "paused")
+FINAL_STATUSES = ("finished", "stopped", "failed", "diverged", "interrupted")
+COMMAND_KINDS = ("set_hyper", "pause", "resume", "stop")
+# A run process writes a heartbeat at least this often (seconds); a silent active run whose pid
+# is gone or whose heartbeat is older than STALE_AFTER is shown as interrupted.
+STALE_AFTER = 60.0
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL DEFAULT '',
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    status TEXT NOT NULL,
+    message TEXT NOT NULL DEFAULT '',
+    optimizer TEXT NOT NULL,
+    dataset TEXT NOT NULL,
+    model TEXT NOT NULL,
+    seed INTEGER NOT NULL,
+    device TEXT NOT NULL DEFAULT '',
+    total_steps INTEGER NOT NULL,
+    step INTEGER NOT NULL DEFAULT 0,
+    config TEXT NOT NULL,
+    optimizer_config TEXT NOT NULL DEFAULT '{}',
+    hyper_variables TEXT NOT NULL DEFAULT '[]',
+    versions TEXT NOT NULL DEFAULT '{}',
+    traces INTEGER NOT NULL DEFAULT 0,
+    pid INTEGER,
+    heartbeat REAL
+);
+CREATE TABLE IF NOT EXISTS scalars (
+    run_id INTEGER NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL
+);
+CREATE INDEX IF NOT EXISTS scalars_run ON scalars (run_id, name, step);
+CREATE TABLE IF NOT EXISTS hyper_changes (
+    run_id INTEGER NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL,
+    old REAL, new REAL NOT NULL, source TEXT NOT NULL, created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS hyper_changes_run ON hyper_changes (run_id, step);
+CREATE TABLE IF NOT EXISTS slot_stats (
+    run_id INTEGER NOT NULL, step INTEGER NOT NULL, variable TEXT NOT NULL, slot TEXT NOT NULL,
+    norm REAL, mean REAL, std REAL
+);
+CREATE INDEX IF NOT EXISTS slot_stats_run ON slot_stats (run_id, variable, slot, step);
+CREATE TABLE IF NOT EXISTS histograms (
+    run_id INTEGER NOT NULL, step INTEGER NOT NULL, variable TEXT NOT NULL, slot TEXT NOT NULL,
+    lo REAL, hi REAL, counts TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS histograms_run ON histograms (run_id, variable, slot, step);
+CREATE TABLE IF NOT EXISTS commands (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id INTEGER NOT NULL, created REAL NOT NULL, kind TEXT NOT NULL,
+    payload TEXT NOT NULL DEFAULT '{}', status TEXT NOT NULL DEFAULT 'pending',
+    message TEXT NOT NULL DEFAULT '', step INTEGER
+);
+CREATE INDEX IF NOT EXISTS commands_run ON commands (run_id, status);
+"""
+
+
+def data_dir() -> Path:
+    """The lab's data directory (`$OPTIMIZER_LAB_HOME`, default `~/.optimizer-lab`), created."""
+    path = Path(os.environ.get("OPTIMIZER_LAB_HOME") or Path.home() / ".optimizer-lab")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def default_store_path() -> Path:
+    """`<data_dir>/runs.sqlite`."""
+    return data_dir() / "runs.sqlite"
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True when a process with this pid exists (and is not a zombie) on this machine."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a finished child not yet reaped is a zombie: dead for our purpose
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+class RunStore:
+    """Access to one run-store file. Cheap to create; every call opens its own connection,
+    so one instance can be shared by Streamlit's script threads and a run process alike.
+
+    Args:
+        path: the SQLite file (created with its schema when missing); default
+            `default_store_path()`.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None):
+        self.path = Path(path) if path else default_store_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as con:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.executescript(SCHEMA)
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        con = sqlite3.connect(self.path, timeout=30.0)
+        try:
+            con.execute("PRAGMA busy_timeout=30000")
+            con.execute("PRAGMA synchronous=NORMAL")
+            with con:  # one transaction: committed on success, rolled back on error
+                yield con
+        finally:
+            con.close()
+
+    # ----- runs -----------------------------------------------------------------------------
+    def create_run(self, config: dict[str, Any], name: str = "") -> int:
+        """Insert a run in status `starting` from a validated run config; return its id.
+
+        `config` must hold `optimizer`, `dataset`, `model`, `seed`, `steps`; it is stored whole.
+        """
+        now = time.time()
+        with self._connect() as con:
+            cur = con.execute(
+                "INSERT INTO runs (name, created, updated, status, optimizer, dataset, model, seed,"
+                " device, total_steps, config) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    name, now, now, "starting", config["optimizer"], config["dataset"],
+                    config["model"], int(config["seed"]), config.get("device", ""),
+                    int(config["steps"]), json.dumps(config),
+                ),
+            )
+            return int(cur.lastrowid)
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        """Set columns of a run (dicts/lists are stored as JSON); also bumps `updated`."""
+        if not fields:
+            return
+        fields = {k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in fields.items()}
+        fields["updated"] = time.time()
+        columns = ", ".join(f"{k} = ?" for k in fields)
+        with self._connect() as con:
+            con.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*fields.values(), run_id))
+
+    def set_status(self, run_id: int, status: str, message: str = "") -> None:
+        """Set a run's status (`ACTIVE_STATUSES` or `FINAL_STATUSES`) and message."""
+        if status not in ACTIVE_STATUSES + FINAL_STATUSES:
+            raise ValueError(f"status={status!r} refused: must be one of {ACTIVE_STATUSES + FINAL_STATUSES}")
+        self.update_run(run_id, status=status, message=message)
+
+    def run(self, run_id: int) -> dict[str, Any]:
+        """One run as a dict, JSON columns decoded, stale active runs marked interrupted.
+
+        Raises:
+            KeyError: no run with this id.
+        """
+        self.mark_interrupted()
+        with self._connect() as con:
+            con.row_factory = sqlite3.Row
+            row = con.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"run {run_id} is not in the store {self.path}")
+        out = dict(row)
+        for key in ("config", "optimizer_config", "hyper_variables", "versions"):
+            out[key] = json.loads(out[key])
+        return out
+
+    def runs(self) -> pd.DataFrame:
+        """Every run (newest first) without its JSON columns decoded; stale runs marked first."""
+        self.mark_interrupted()
+        with self._connect() as con:
+            return pd.read_sql_query(
+                "SELECT id, name, created, updated, status, message, optimizer, dataset, model,"
+                " seed, device, step, total_steps, config FROM runs ORDER BY id DESC",
+                con,
+            )
+
+    def mark_interrupted(self, now: float | None = None) -> list[int]:
+        """Mark active runs whose process is gone (or silent for `STALE_AFTER` s) interrupted.
+
+        Returns:
+            The ids of the runs newly marked.
+        """
+        now = time.time() if now is None else now
+        with self._connect() as con:
+            rows = con.execute(
+                f"SELECT id, pid, heartbeat, created FROM runs WHERE status IN {ACTIVE_STATUSES}"
+            ).fetchall()
+            dead = [
+                run_id for run_id, pid, beat, created in rows
+                if (pid is not None and not pid_alive(pid))
+                or now - (beat or created) > STALE_AFTER
+            ]
+            for run_id in dead:
+                con.execute(
+                    "UPDATE runs SET status = 'interrupted', updated = ?,"
+                    " message = 'the run process ended without finishing' WHERE id = ?",
+                    (now, run_id),
+                )
+        return dead
+
+    def delete_run(self, run_id: int) -> None:
+        """Remove a run and all its records."""
+        with self._connect() as con:
+            for table in ("scalars", "hyper_changes", "slot_stats", "histograms", "commands"):
+                con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+
+    # ----- records (written by the run process) -----------------------------------------------
+    def append(
+        self,
+        run_id: int,
+        *,
+        scalars: Iterable[tuple[int, str, float]] = (),
+        slot_stats: Iterable[tuple[int, str, str, float, float, float]] = (),
+        histograms: Iterable[tuple[int, str, str, float, float, Sequence[int]]] = (),
+        hyper_changes: Iterable[tuple[int, str, float | None, float, str]] = (),
+        step: int | None = None,
+    ) -> None:
+        """Append one batch of records in a single transaction and refresh the heartbeat.
+
+        Args:
+            scalars: (step, name, value) rows.
+            slot_stats: (step, variable, slot, norm, mean, std) rows.
+            histograms: (step, variable, slot, lo, hi, counts) rows.
+            hyper_changes: (step, name, old, new, source) rows.
+            step: the last step reached, stored in `runs.step`.
+        """
+        now = time.time()
+        with self._connect() as con:
+            con.executemany(
+                "INSERT INTO scalars VALUES (?,?,?,?)", [(run_id, *r) for r in scalars]
+            )
+            con.executemany(
+                "INSERT INTO slot_stats VALUES (?,?,?,?,?,?,?)", [(run_id, *r) for r in slot_stats]
+            )
+            con.executemany(
+                "INSERT INTO histograms VALUES (?,?,?,?,?,?,?)",
+                [(run_id, s, v, n, lo, hi, json.dumps([int(c) for c in counts]))
+                 for s, v, n, lo, hi, counts in histograms],
+            )
+            con.executemany(
+                "INSERT INTO hyper_changes VALUES (?,?,?,?,?,?,?)",
+                [(run_id, *r, now) for r in hyper_changes],
+            )
+            if step is None:
+                con.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (now, run_id))
+            else:
+                con.execute(
+                    "UPDATE runs SET heartbeat = ?, step = ? WHERE id = ?", (now, step, run_id)
+                )
+
+    # ----- reads (pages) --------------------------------------------------------------------
+    def _frame(self, sql: str, params: Sequence[Any]) -> pd.DataFrame:
+        with self._connect() as con:
+            return pd.read_sql_query(sql, con, params=params)
+
+    def scalars(self, run_id: int, names: Sequence[str] | None = None) -> pd.DataFrame:
+        """Long table `step, name, value` of a run's scalars, ordered by step."""
+        if names:
+            marks = ",".join("?" * len(names))
+            return self._frame(
+                f"SELECT step, name, value FROM scalars WHERE run_id = ? AND name IN ({marks})"
+                " ORDER BY step", (run_id, *names),
+            )
+        return self._frame(
+            "SELECT step, name, value FROM scalars WHERE run_id = ? ORDER BY step", (run_id,)
+        )
+
+    def hyper_changes(self, run_id: int) -> pd.DataFrame:
+        """`step, name, old, new, source, created` rows of a run, in the order they took effect."""
+        return self._frame(
+            "SELECT step, name, old, new, source, created FROM hyper_changes WHERE run_id = ?"
+            " ORDER BY step, rowid", (run_id,),
+        )
+
+    def slot_stats(self, run_id: int) -> pd.DataFrame:
+        """`step, variable, slot, norm, mean, std` rows of a run, ordered by step."""
+        return self._frame(
+            "SELECT step, variable, slot, norm, mean, std FROM slot_stats WHERE run_id = ?"
+            " ORDER BY step", (run_id,),
+        )
+
+    def histograms(self, run_id: int, variable: str, slot: str) -> pd.DataFrame:
+        """`step, lo, hi, counts` (counts decoded to lists) of one (variable, slot)."""
+        frame = self._frame(
+            "SELECT step, lo, hi, counts FROM histograms WHERE run_id = ? AND variable = ?"
+            " AND slot = ? ORDER BY step", (run_id, variable, slot),
+        )
+        frame["counts"] = frame["counts"].map(json.loads)
+        return frame
+
+    # ----- commands ------------------------------------------------------------------------
+    def send_command(self, run_id: int, kind: str, payload: dict[str, Any] | None = None) -> int:
+        """Queue a command for a run process; returns the command id.
+
+        Raises:
+            ValueError: `kind` is not one of `COMMAND_KINDS`.
+        """
+        if kind not in COMMAND_KINDS:
+            raise ValueError(f"command kind={kind!r} refused: must be one of {COMMAND_KINDS}")
+        with self._connect() as con:
+            cur = con.execute(
+                "INSERT INTO commands (run_id, created, kind, payload) VALUES (?,?,?,?)",
+                (run_id, time.time(), kind, json.dumps(payload or {})),
+            )
+            return int(cur.lastrowid)
+
+    def pending_commands(self, run_id: int) -> list[dict[str, Any]]:
+        """The run's pending commands, oldest first, as dicts with decoded `payload`."""
+        with self._connect() as con:
+            rows = con.execute(
+                "SELECT id, kind, payload FROM commands WHERE run_id = ? AND status = 'pending'"
+                " ORDER BY id", (run_id,),
+            ).fetchall()
+        return [{"id": i, "kind": k, "payload": json.loads(p)} for i, k, p in rows]
+
+    def finish_command(self, command_id: int, status: str, message: str = "", step: int | None = None) -> None:
+        """Mark a command `done` or `refused` (with the reason) at the step it took effect."""
+        with self._connect() as con:
+            con.execute(
+                "UPDATE commands SET status = ?, message = ?, step = ? WHERE id = ?",
+                (status, message, step, command_id),
+            )
+
+    def commands(self, run_id: int) -> pd.DataFrame:
+        """Every command of a run: `id, created, kind, payload, status, message, step`."""
+        return self._frame(
+            "SELECT id, created, kind, payload, status, message, step FROM commands"
+            " WHERE run_id = ? ORDER BY id", (run_id,),
+        )
+
+    def size_bytes(self) -> int:
+        """Size of the database file plus its WAL, in bytes."""
+        return sum(
+            p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists()
+        )
