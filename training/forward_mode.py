@@ -33,6 +33,8 @@ class ForwardModeTrainer:
         followed: names among `opt.hyperparameter_specs()`, k >= 1 of them.
         x_train, y_train: the training set as tensors (batches are gathered by index).
         x_val, y_val: the validation set (E is its mean cross-entropy, nats).
+        jit_compile: compile the step with XLA. Measured here (MLP 64-256-256-10, Adam, k = 1):
+            4.7x a plain step without XLA, 2.0x with it (`bench/bench_hypergradients.py`).
 
     Memory: the tangents take k x (weights + slots) elements, the one-step tangents k x weights
     (`tangent_bytes`).
@@ -50,6 +52,7 @@ class ForwardModeTrainer:
         y_train: tf.Tensor,
         x_val: tf.Tensor,
         y_val: tf.Tensor,
+        jit_compile: bool = True,
     ):
         for name in followed:
             opt.spec(name)
@@ -70,7 +73,7 @@ class ForwardModeTrainer:
         self.z_slots = [{n: zeros_like_batched(s) for n, s in d.items()} for d in self.slot_vars]
         self.one_step_weights = [zeros_like_batched(v) for v in self.variables]
         self.traces = 0
-        self._step = tf.function(self._step_impl)
+        self._step = tf.function(self._step_impl, jit_compile=jit_compile)
         self._hypergradients = tf.function(self._hypergradients_impl)
 
     @property

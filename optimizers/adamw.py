@@ -1,0 +1,126 @@
+"""AdamW (decoupled weight decay) as a pure rule plus its OptimizerV2 adapter."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import tensorflow as tf
+import tf_keras
+
+from optimizers.adam import adam_coefficients, adam_update
+from optimizers.base import RuleOptimizer
+from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE, HyperSpec
+
+ADAMW_REFERENCE = (
+    "Loshchilov & Hutter 2019, 'Decoupled Weight Decay Regularization', ICLR, "
+    "arXiv:1711.05101, Algorithm 2"
+)
+WEIGHT_DECAY = HyperSpec(
+    "weight_decay", 0.004, 0.0, 1.0,
+    "fraction of the weights removed each step, scaled by the learning rate (decoupled decay)",
+    reference=ADAMW_REFERENCE,
+)
+
+
+def adamw_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Adam's coefficients plus `decay = learning_rate * weight_decay` (Keras 3 convention)."""
+    coeffs = adam_coefficients(hypers, step)
+    coeffs["decay"] = hypers["learning_rate"] * hypers["weight_decay"]
+    return coeffs
+
+
+def adamw_update(
+    grad: tf.Tensor,
+    var: tf.Tensor,
+    slots: Mapping[str, tf.Tensor],
+    coeffs: Mapping[str, tf.Tensor],
+    amsgrad: bool = False,
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """One AdamW step: shrink `var` by `decay * var`, then take the Adam step from there.
+
+        var <- var - decay * var          (decay = learning_rate * weight_decay)
+        var, slots <- adam_update(grad, var, slots)
+
+    The gradient (hence m and v) never sees the decay: that is what "decoupled" means.
+    """
+    decayed = var - coeffs["decay"] * var
+    return adam_update(grad, decayed, slots, coeffs, amsgrad=amsgrad)
+
+
+@tf_keras.saving.register_keras_serializable(package="OptimizerLab")
+class AdamW(RuleOptimizer):
+    """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter 2019, arXiv:1711.05101).
+
+    Update for each variable `var` with gradient `grad` at step t = iterations + 1:
+
+        var  = var - learning_rate * weight_decay * var      # decoupled decay, first
+        lr_t = learning_rate * sqrt(1 - beta_2**t) / (1 - beta_1**t)
+        m    = beta_1 * m + (1 - beta_1) * grad
+        v    = beta_2 * v + (1 - beta_2) * grad**2
+        vhat = max(vhat, v)                                  # amsgrad=True only
+        var  = var - lr_t * m / (sqrt(v or vhat) + epsilon)
+
+    Convention: the decay is multiplied by the learning rate, as Keras 3 `keras.optimizers.AdamW`
+    does (`variable -= variable * weight_decay * learning_rate` before the step), which is the
+    paper's `eta_t * lambda * theta` with the schedule multiplier folded into `learning_rate`.
+    TensorFlow Addons' `tfa.optimizers.AdamW` instead applies the *unscaled* decay
+    `var -= weight_decay * var`, so its `weight_decay` is typically ~`learning_rate` times smaller
+    and must be scheduled alongside the learning rate by hand. The same number therefore means
+    very different regularisation in the two libraries.
+
+    `amsgrad` is a plain attribute (listed in OPTIONS): it decides whether the `vhat` slot
+    exists, which cannot change after `_create_slots` ran.
+
+    Slots (each shaped like its variable, same dtype): `m`, `v`, and `vhat` when `amsgrad`.
+
+    Args:
+        learning_rate: float in (0, 10], default 1e-3.
+        beta_1: float in [0, 1), default 0.9.
+        beta_2: float in [0, 1), default 0.999.
+        epsilon: float in (0, 1], default 1e-7.
+        weight_decay: float in [0, 1], default 0.004 (Keras 3 default).
+        amsgrad: bool, default False.
+
+    Raises:
+        InvalidHyperparameter: a hyperparameter outside its range, NaN/inf or not a number.
+    """
+
+    HYPERPARAMETERS = (LEARNING_RATE, BETA_1, BETA_2, EPSILON, WEIGHT_DECAY)
+    OPTIONS = ("amsgrad",)
+
+    def __init__(
+        self,
+        learning_rate=1e-3,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-7,
+        weight_decay=0.004,
+        amsgrad=False,
+        name="AdamW",
+        **kwargs,
+    ):
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("beta_1", beta_1)
+        self._set_hyper("beta_2", beta_2)
+        self._set_hyper("epsilon", epsilon)
+        self._set_hyper("weight_decay", weight_decay)
+        self.amsgrad = bool(amsgrad)
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self.add_slot(var, "m")
+        for var in var_list:
+            self.add_slot(var, "v")
+        if self.amsgrad:
+            for var in var_list:
+                self.add_slot(var, "vhat")
+
+    def slot_names_for_rule(self):
+        return ("m", "v", "vhat") if self.amsgrad else ("m", "v")
+
+    def coefficients(self, hypers, step):
+        return adamw_coefficients(hypers, step)
+
+    def update(self, grad, var, slots, coeffs):
+        return adamw_update(grad, var, slots, coeffs, amsgrad=self.amsgrad)

@@ -1,0 +1,120 @@
+"""diffGrad as a pure rule plus its OptimizerV2 adapter."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import tensorflow as tf
+import tf_keras
+
+from optimizers.adam import adam_coefficients, adam_moments
+from optimizers.base import RuleOptimizer
+from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE
+from optimizers.rules import safe_sqrt
+
+DIFFGRAD_REFERENCE = (
+    "Dubey, Chakraborty, Roy, Mukherjee, Singh & Chaudhuri 2019, 'diffGrad: An Optimization "
+    "Method for Convolutional Neural Networks', arXiv:1909.11015, IEEE TNNLS 2020, sec. III"
+)
+
+
+def diffgrad_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Adam's coefficients (`lr_t` with both bias corrections folded in), see `adam_coefficients`."""
+    return adam_coefficients(hypers, step)
+
+
+def diffgrad_update(
+    grad: tf.Tensor,
+    var: tf.Tensor,
+    slots: Mapping[str, tf.Tensor],
+    coeffs: Mapping[str, tf.Tensor],
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """One diffGrad step on one variable; pure and differentiable.
+
+        m         <- beta_1 * m + (1 - beta_1) * grad
+        v         <- beta_2 * v + (1 - beta_2) * grad**2
+        xi         = 1 / (1 + exp(-|prev_grad - grad|))          ("AbsSig" friction, in [0.5, 1))
+        var       <- var - lr_t * xi * m / (sqrt(v) + epsilon)
+        prev_grad <- grad
+
+    Args:
+        grad, var: tensors of one shape and float dtype.
+        slots: `m`, `v`, `prev_grad`, shaped like `var`.
+        coeffs: from `diffgrad_coefficients`.
+
+    Returns:
+        (new_var, {"m", "v", "prev_grad"}), same shapes and dtype as `var`.
+    """
+    m, v = adam_moments(grad, slots["m"], slots["v"], coeffs)
+    xi = tf.sigmoid(tf.abs(slots["prev_grad"] - grad))
+    step = coeffs["lr_t"] * xi * m / (safe_sqrt(v) + coeffs["epsilon"])
+    return var - step, {"m": m, "v": v, "prev_grad": tf.identity(grad)}
+
+
+@tf_keras.saving.register_keras_serializable(package="OptimizerLab")
+class DiffGrad(RuleOptimizer):
+    """diffGrad (Dubey et al. 2019, arXiv:1909.11015; IEEE TNNLS 2020): Adam with friction.
+
+    Update for each variable `var` with gradient `grad` at step t = iterations + 1:
+
+        lr_t = learning_rate * sqrt(1 - beta_2**t) / (1 - beta_1**t)
+        m    = beta_1 * m + (1 - beta_1) * grad
+        v    = beta_2 * v + (1 - beta_2) * grad**2
+        xi   = 1 / (1 + exp(-|prev_grad - grad|))
+        var  = var - lr_t * xi * m / (sqrt(v) + epsilon)
+        prev_grad = grad
+
+    `xi` is the "AbsSig" diffGrad friction coefficient of sec. III: where the gradient barely
+    changes between steps (flat region or near an optimum) xi -> 0.5 and the step is halved;
+    where it changes fast xi -> 1 and the step is Adam's. Epsilon is added after the bias
+    correction is folded into `lr_t` (TensorFlow's "epsilon-hat" form, as in `Adam`).
+
+    Step-1 convention: `prev_grad` starts at 0, so the first step uses xi = sigmoid(|grad|),
+    exactly as the authors' PyTorch code (`state['previous_grad'] = torch.zeros_like(p)`).
+
+    Slots (each shaped like its variable, same dtype): `m`, `v`, `prev_grad`.
+
+    Args:
+        learning_rate: float in (0, 10], default 1e-3.
+        beta_1: float in [0, 1), default 0.9.
+        beta_2: float in [0, 1), default 0.999.
+        epsilon: float in (0, 1], default 1e-7.
+
+    Raises:
+        InvalidHyperparameter: a hyperparameter outside its range, NaN/inf or not a number.
+    """
+
+    HYPERPARAMETERS = (LEARNING_RATE, BETA_1, BETA_2, EPSILON)
+    OPTIONS = ()
+
+    def __init__(
+        self,
+        learning_rate=1e-3,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-7,
+        name="DiffGrad",
+        **kwargs,
+    ):
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("beta_1", beta_1)
+        self._set_hyper("beta_2", beta_2)
+        self._set_hyper("epsilon", epsilon)
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self.add_slot(var, "m")
+        for var in var_list:
+            self.add_slot(var, "v")
+        for var in var_list:
+            self.add_slot(var, "prev_grad")
+
+    def slot_names_for_rule(self):
+        return ("m", "v", "prev_grad")
+
+    def coefficients(self, hypers, step):
+        return diffgrad_coefficients(hypers, step)
+
+    def update(self, grad, var, slots, coeffs):
+        return diffgrad_update(grad, var, slots, coeffs)

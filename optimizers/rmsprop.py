@@ -1,0 +1,160 @@
+"""RMSprop (plain, centered, with momentum) as a pure rule plus its OptimizerV2 adapter."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import tensorflow as tf
+import tf_keras
+
+from optimizers.base import RuleOptimizer
+from optimizers.hyperparams import EPSILON, LEARNING_RATE, MOMENTUM, HyperSpec
+from optimizers.rules import safe_sqrt
+
+RMSPROP_REFERENCE = (
+    "Tieleman & Hinton 2012, Coursera lecture 6.5; centered form: Graves 2013, "
+    "'Generating Sequences With Recurrent Neural Networks', arXiv:1308.0850, eq. 38-45"
+)
+RHO = HyperSpec(
+    "rho", 0.9, 0.0, 1.0, "decay rate of the running mean of squared gradients rms",
+    reference=RMSPROP_REFERENCE, high_inclusive=False,
+)
+
+
+def rmsprop_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Scalar coefficients of RMSprop (independent of the step).
+
+    `eps_inside` / `eps_outside` place epsilon inside the square root when momentum > 0 and
+    outside when momentum == 0 (Keras' two regimes): a scalar `tf.where` on momentum's value,
+    computed once per step rather than per element.
+    """
+    del step
+    momentum, epsilon = hypers["momentum"], hypers["epsilon"]
+    eps_inside = tf.where(momentum > 0, epsilon, tf.zeros_like(epsilon))
+    return {
+        "lr_t": hypers["learning_rate"],
+        "rho": hypers["rho"],
+        "momentum": momentum,
+        "epsilon": epsilon,
+        "eps_inside": eps_inside,
+        "eps_outside": epsilon - eps_inside,
+    }
+
+
+def rmsprop_update(
+    grad: tf.Tensor,
+    var: tf.Tensor,
+    slots: Mapping[str, tf.Tensor],
+    coeffs: Mapping[str, tf.Tensor],
+    centered: bool = False,
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """One RMSprop step on one variable; pure and differentiable.
+
+        rms   <- rho * rms + (1 - rho) * grad**2
+        mg    <- rho * mg + (1 - rho) * grad                   (centered only)
+        denom  = rms - mg**2 if centered else rms
+        denominator = sqrt(denom + epsilon)   if momentum > 0  (Keras' fused kernel)
+                      sqrt(denom) + epsilon   if momentum == 0 (Keras' Python branch)
+        mom   <- momentum * mom + lr_t * grad / denominator
+        var   <- var - mom
+
+    The regime is picked by a `tf.where` on the *value* of `momentum` (in the coefficients:
+    `denominator = safe_sqrt(denom + eps_inside) + eps_outside`, one of the two being 0), so
+    momentum stays a live, differentiable hyperparameter; with momentum = 0, `mom` is just this
+    step's update.
+
+    Args:
+        grad, var: tensors of one shape and float dtype.
+        slots: `rms`, `momentum` (and `mg` when `centered`), shaped like `var`.
+        coeffs: from `rmsprop_coefficients`.
+        centered: normalise by the estimated variance rms - mg**2 instead of rms.
+
+    Returns:
+        (new_var, {"rms"[, "mg"], "momentum"}), same shapes and dtype as `var`.
+    """
+    rho, momentum = coeffs["rho"], coeffs["momentum"]
+    rms = rho * slots["rms"] + (1 - rho) * tf.square(grad)
+    new_slots = {"rms": rms}
+    denom = rms
+    if centered:
+        mg = rho * slots["mg"] + (1 - rho) * grad
+        new_slots["mg"] = mg
+        denom = rms - tf.square(mg)
+    denominator = safe_sqrt(denom + coeffs["eps_inside"]) + coeffs["eps_outside"]
+    mom = momentum * slots["momentum"] + coeffs["lr_t"] * grad / denominator
+    new_slots["momentum"] = mom
+    return var - mom, new_slots
+
+
+@tf_keras.saving.register_keras_serializable(package="OptimizerLab")
+class RMSprop(RuleOptimizer):
+    """RMSprop (Tieleman & Hinton 2012), optionally centered (Graves 2013) and with momentum.
+
+    Update for each variable `var` with gradient `grad`:
+
+        rms = rho * rms + (1 - rho) * grad**2
+        mg  = rho * mg + (1 - rho) * grad                    # centered=True only
+        denom = rms - mg**2 if centered else rms
+        if momentum > 0:  mom = momentum * mom + learning_rate * grad / sqrt(denom + epsilon)
+        else:             mom = learning_rate * grad / (sqrt(denom) + epsilon)
+        var = var - mom
+
+    Both regimes match `tf_keras.optimizers.legacy.RMSprop`, whose momentum > 0 path (the fused
+    `ResourceApplyRMSProp` kernel) puts epsilon *inside* the square root and whose momentum == 0
+    path puts it outside. Here the choice is a `tf.where` on momentum's current value, so
+    momentum can be changed live; that is why the `momentum` slot always exists (Keras only
+    creates it when momentum > 0). Unlike Keras, `epsilon` is a `_set_hyper` hyperparameter.
+
+    `centered` is a plain attribute (listed in OPTIONS): it decides whether the `mg` slot
+    exists, which cannot change after `_create_slots` ran.
+
+    Slots (each shaped like its variable, same dtype): `rms`, `mg` (centered only), `momentum`.
+
+    Args:
+        learning_rate: float in (0, 10], default 1e-3.
+        rho: float in [0, 1), default 0.9.
+        momentum: float in [0, 1), default 0.0.
+        epsilon: float in (0, 1], default 1e-7.
+        centered: bool, default False.
+
+    Raises:
+        InvalidHyperparameter: a hyperparameter outside its range, NaN/inf or not a number.
+    """
+
+    HYPERPARAMETERS = (LEARNING_RATE, RHO, MOMENTUM, EPSILON)
+    OPTIONS = ("centered",)
+
+    def __init__(
+        self,
+        learning_rate=1e-3,
+        rho=0.9,
+        momentum=0.0,
+        epsilon=1e-7,
+        centered=False,
+        name="RMSprop",
+        **kwargs,
+    ):
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("rho", rho)
+        self._set_hyper("momentum", momentum)
+        self._set_hyper("epsilon", epsilon)
+        self.centered = bool(centered)
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self.add_slot(var, "rms")
+        if self.centered:
+            for var in var_list:
+                self.add_slot(var, "mg")
+        for var in var_list:
+            self.add_slot(var, "momentum")
+
+    def slot_names_for_rule(self):
+        return ("rms", "mg", "momentum") if self.centered else ("rms", "momentum")
+
+    def coefficients(self, hypers, step):
+        return rmsprop_coefficients(hypers, step)
+
+    def update(self, grad, var, slots, coeffs):
+        return rmsprop_update(grad, var, slots, coeffs, centered=self.centered)

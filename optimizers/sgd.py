@@ -1,0 +1,113 @@
+"""SGD with (Nesterov) momentum as a pure rule plus its OptimizerV2 adapter."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+import tensorflow as tf
+import tf_keras
+
+from optimizers.base import RuleOptimizer
+from optimizers.hyperparams import LEARNING_RATE, MOMENTUM
+
+SGD_LEARNING_RATE = dataclasses.replace(LEARNING_RATE, default=0.01)
+NESTEROV_REFERENCE = "Sutskever, Martens, Dahl & Hinton 2013, ICML, eq. 3-4 (Nesterov momentum)"
+
+
+def sgd_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Scalar coefficients of SGD (independent of the step `step`).
+
+    Returns:
+        dict with `lr_t` (the learning rate) and `momentum`.
+    """
+    del step  # plain SGD has no step-dependent correction
+    return {"lr_t": hypers["learning_rate"], "momentum": hypers["momentum"]}
+
+
+def sgd_update(
+    grad: tf.Tensor,
+    var: tf.Tensor,
+    slots: Mapping[str, tf.Tensor],
+    coeffs: Mapping[str, tf.Tensor],
+    nesterov: bool = False,
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """One SGD step on one variable; pure and differentiable.
+
+        momentum_buf <- momentum * momentum_buf - lr_t * grad
+        var          <- var + momentum_buf                              (nesterov=False)
+        var          <- var + momentum * momentum_buf - lr_t * grad     (nesterov=True)
+
+    With momentum = 0 both reduce to `var - lr_t * grad`.
+
+    Args:
+        grad, var: tensors of one shape and float dtype.
+        slots: `momentum` (the velocity buffer), shaped like `var`.
+        coeffs: from `sgd_coefficients`.
+        nesterov: apply the Nesterov look-ahead form.
+
+    Returns:
+        (new_var, {"momentum"}), same shapes and dtype as `var`.
+    """
+    lr_t, momentum = coeffs["lr_t"], coeffs["momentum"]
+    velocity = momentum * slots["momentum"] - lr_t * grad
+    if nesterov:
+        new_var = var + momentum * velocity - lr_t * grad
+    else:
+        new_var = var + velocity
+    return new_var, {"momentum": velocity}
+
+
+@tf_keras.saving.register_keras_serializable(package="OptimizerLab")
+class SGD(RuleOptimizer):
+    """Stochastic gradient descent with optional (Nesterov) momentum, Keras semantics.
+
+    Update for each variable `var` with gradient `grad`:
+
+        m   = momentum * m - learning_rate * grad
+        var = var + m                                         # nesterov=False
+        var = var + momentum * m - learning_rate * grad       # nesterov=True
+
+    This matches `tf_keras.optimizers.legacy.SGD` (Polyak 1964 heavy ball; the Nesterov form
+    of Sutskever et al. 2013, as rewritten by Bengio et al. 2013, arXiv:1212.0901, eq. 7).
+
+    Difference with Keras: the `momentum` slot is *always* created, even when momentum = 0
+    (Keras only creates it when momentum > 0). `momentum` is a `_set_hyper` hyperparameter
+    here, so it can be raised live from 0 without a new slot; with momentum = 0 the slot just
+    holds `-learning_rate * grad` of the last step and the variable update is plain SGD.
+
+    `nesterov` is a plain attribute (listed in OPTIONS): it selects which formula is traced,
+    so it cannot be a tensor and is fixed for the optimizer's life.
+
+    Slots (shaped like the variable, same dtype): `momentum`.
+
+    Args:
+        learning_rate: float in (0, 10], default 0.01.
+        momentum: float in [0, 1), default 0.0.
+        nesterov: bool, default False.
+
+    Raises:
+        InvalidHyperparameter: a hyperparameter outside its range, NaN/inf or not a number.
+    """
+
+    HYPERPARAMETERS = (SGD_LEARNING_RATE, MOMENTUM)
+    OPTIONS = ("nesterov",)
+
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SGD", **kwargs):
+        super().__init__(name, **kwargs)
+        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
+        self._set_hyper("momentum", momentum)
+        self.nesterov = bool(nesterov)
+
+    def _create_slots(self, var_list):
+        for var in var_list:
+            self.add_slot(var, "momentum")
+
+    def slot_names_for_rule(self):
+        return ("momentum",)
+
+    def coefficients(self, hypers, step):
+        return sgd_coefficients(hypers, step)
+
+    def update(self, grad, var, slots, coeffs):
+        return sgd_update(grad, var, slots, coeffs, nesterov=self.nesterov)
