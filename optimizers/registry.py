@@ -83,6 +83,8 @@ def validate_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
                 f"option {key!r} refused: {name} takes {', '.join(defaults) or 'no options'}"
             )
         expected = type(defaults[key])
+        if expected is float and type(value) is int:
+            value = float(value)  # JSON and URLs write 1.0 as 1
         if type(value) is not expected:
             raise ValueError(
                 f"option {key}={value!r} refused: must be a {expected.__name__}"

@@ -47,7 +47,7 @@ class RunConfig(BaseModel):
 
     optimizer: str = registry.DEFAULT_OPTIMIZER
     hyperparameters: dict[str, float] = Field(default_factory=dict)
-    options: dict[str, bool | int | str] = Field(default_factory=dict)
+    options: dict[str, bool | int | float | str] = Field(default_factory=dict)
     dataset: Literal["digits", "breast_cancer", "moons", "tokens"] = "digits"
     model: Literal["logistic", "mlp", "cnn", "embedding"] = "mlp"
     batch_size: int = Field(128, ge=1, le=4096)

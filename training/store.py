@@ -370,3 +370,51 @@ class RunStore:
         return sum(
             p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists()
         )
+
+    # ----- helpers of the Runs page (compare, rename, export) --------------------------------
+    def rename_run(self, run_id: int, name: str) -> None:
+        """Set a run's display name (stripped, at most 120 characters).
+
+        Raises:
+            KeyError: no run with this id.
+            ValueError: `name` longer than 120 characters.
+        """
+        name = str(name).strip()
+        if len(name) > 120:
+            raise ValueError(f"name refused: {len(name)} characters, at most 120 allowed")
+        with self._connect() as con:
+            cur = con.execute(
+                "UPDATE runs SET name = ?, updated = ? WHERE id = ?", (name, time.time(), run_id)
+            )
+            if cur.rowcount == 0:
+                raise KeyError(f"run {run_id} is not in the store {self.path}")
+
+    def last_scalars(self, names: Sequence[str] = ("val_loss", "val_accuracy")) -> pd.DataFrame:
+        """`run_id, name, step, value` of every run's last recorded value of each scalar."""
+        marks = ",".join("?" * len(names))
+        return self._frame(
+            "SELECT s.run_id, s.name, s.step, s.value FROM scalars s JOIN ("
+            f" SELECT run_id, name, MAX(step) AS step FROM scalars WHERE name IN ({marks})"
+            " GROUP BY run_id, name) m ON s.run_id = m.run_id AND s.name = m.name"
+            " AND s.step = m.step", tuple(names),
+        )
+
+    def has_table(self, table: str) -> bool:
+        """True when the store file holds a table named `table` (e.g. `hypergradients`)."""
+        with self._connect() as con:
+            row = con.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+            ).fetchone()
+        return row is not None
+
+    def hypergradients(self, run_id: int) -> pd.DataFrame:
+        """Every column of the run's rows of an optional `hypergradients` table, by step.
+
+        Empty when the store has no such table (older stores, or hyper-gradients never
+        recorded); the column layout is whatever the recording engine wrote.
+        """
+        if not self.has_table("hypergradients"):
+            return pd.DataFrame()
+        return self._frame(
+            "SELECT * FROM hypergradients WHERE run_id = ? ORDER BY step", (run_id,)
+        )

@@ -1,0 +1,128 @@
+"""Benchmark: the cost of full recording, and the memory/disk of a long run.
+
+    PYTHONPATH=. python bench/bench_recording.py [--quick]
+
+1. Throughput (steps/s) on the digits MLP (64-256-256-10, batch 128, Adam), measured side by
+   side in one process, alternating rounds, best round of each kept:
+   * bare: a compiled train step (gather batch, forward, gradient, `apply_gradients`) called
+     in a Python loop, no statistics, no store; synchronised once per round.
+   * recorded: the run loop of `training.worker` with FULL recording (decimation off: train
+     loss + packed slot statistics every step, histograms every 20 steps, validation every 25,
+     store appends every 0.25 s, command polls every 0.1 s).
+   The ratio recorded/bare is printed (target >= 0.85).
+2. A 20,000-step run (moons MLP, full recording; 2,000 with --quick) in a real worker
+   subprocess: its peak RSS (from `wait4`; a 200-step run gives the baseline of TensorFlow
+   itself) and the store's size in bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import tensorflow as tf  # noqa: E402
+
+from training import recorder, worker  # noqa: E402
+from training.config import RunConfig  # noqa: E402
+from training.engine import JIT_COMPILE, Engine, cross_entropy  # noqa: E402
+from training.store import RunStore  # noqa: E402
+
+
+def bare_loop(config: RunConfig, steps: int) -> float:
+    """Steps/s of a bare compiled training loop (same model, optimizer, data, batch order)."""
+    engine = Engine(config, "/device:CPU:0")
+
+    @tf.function(input_signature=[tf.TensorSpec([config.batch_size], tf.int32)], jit_compile=JIT_COMPILE)
+    def step(indices):
+        x, y = tf.gather(engine.x_train, indices), tf.gather(engine.y_train, indices)
+        with tf.GradientTape() as tape:
+            loss = cross_entropy(y, engine.model(x, training=True))
+        grads = tape.gradient(loss, engine.variables)
+        engine.optimizer.apply_gradients(zip(grads, engine.variables))
+        return loss
+
+    float(step(tf.constant(engine.order.next())))  # trace outside the timing
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step(tf.constant(engine.order.next()))
+    float(loss)
+    return steps / (time.perf_counter() - start)
+
+
+def recorded_loop(config: RunConfig, steps: int, store: RunStore) -> float:
+    """Steps/s of the worker's run loop with full recording (after its first, tracing step)."""
+    run_id = store.create_run(config.model_copy(update={"steps": steps + 1}).to_json_dict())
+    engine = Engine(config.model_copy(update={"steps": steps + 1}), "/device:CPU:0")
+    run = worker._Run(run_id, store, engine, steps + 1, config.eval_every,
+                      lambda s: True, lambda s: s % recorder.HISTOGRAM_FACTOR == 0 or s == 1)
+    run.one_step()  # trace + step-1 bookkeeping outside the timing
+    engine.evaluate()  # trace the eval function outside the timing too
+    start = time.perf_counter()
+    status, _ = run.loop(None)
+    run.flush(wait=True)  # the records are on disk inside the timing
+    run.close()
+    elapsed = time.perf_counter() - start
+    assert status == "finished", status
+    return steps / elapsed
+
+
+def long_run(store_path: Path, steps: int) -> tuple[int, int, float]:
+    """(peak RSS bytes, store bytes, seconds) of a worker subprocess run with full recording."""
+    store = RunStore(store_path)
+    config = RunConfig(dataset="moons", model="mlp", steps=steps, eval_every=100)
+    run_id = store.create_run(config.to_json_dict())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    start = time.time()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "training.worker", "--store", str(store_path),
+         "--run-id", str(run_id), "--full-recording"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    run = store.run(run_id)
+    assert run["status"] == "finished", (run["status"], run["message"])
+    return usage.ru_maxrss * 1024, store.size_bytes(), time.time() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer steps (about 1 minute)")
+    args = parser.parse_args(argv)
+    steps, rounds, long_steps = (300, 2, 2_000) if args.quick else (1_000, 3, 20_000)
+    config = RunConfig(dataset="digits", model="mlp", batch_size=128, steps=steps)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = RunStore(Path(tmp) / "bench.sqlite")
+        bare, recorded = [], []
+        for _ in range(rounds):
+            bare.append(bare_loop(config, steps))
+            recorded.append(recorded_loop(config, steps, store))
+        print(f"digits MLP 64-256-256-10, batch 128, Adam, {steps} steps x {rounds} rounds")
+        print(f"  bare compiled loop      : {max(bare):8.1f} steps/s  (rounds: "
+              f"{', '.join(f'{b:.0f}' for b in bare)})")
+        print(f"  run loop, full recording: {max(recorded):8.1f} steps/s  (rounds: "
+              f"{', '.join(f'{r:.0f}' for r in recorded)})")
+        print(f"  ratio recorded / bare   : {max(recorded) / max(bare):8.3f}  (target >= 0.85)")
+        base_rss, _, _ = long_run(Path(tmp) / "short.sqlite", 200)
+        rss, size, seconds = long_run(Path(tmp) / "long.sqlite", long_steps)
+        print(f"moons MLP, {long_steps} steps, full recording, worker subprocess: "
+              f"{seconds:.1f} s wall")
+        print(f"  peak RSS   : {rss / 2**20:8.1f} MiB  (a 200-step run of the same worker: "
+              f"{base_rss / 2**20:.1f} MiB)")
+        print(f"  store size : {size:,} bytes ({size / long_steps:.0f} bytes/step)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Pure figure builders: pandas DataFrames from the run store in, plotly `go.Figure` out.
+
+No Streamlit here, so every builder is testable without a page. Every figure sets
+`layout.uirevision` to the value passed in (the run id, usually): plotly then keeps the user's
+zoom, pan and legend clicks when the live page redraws the figure with new data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Hashable
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+# Sources of hyper_changes rows that get a marker (the `init` row is only the start of the line).
+MARKED_SOURCES = ("user", "auto-tune")
+SLOT_STAT_ROWS = (("norm", "L2 norm"), ("mean", "mean"), ("std", "std"))
+GRID_BINS = 64
+EMPTY_TEXT = "waiting for data..."
+
+
+def _finish(fig: go.Figure, uirevision: Hashable, title: str, height: int) -> go.Figure:
+    fig.update_layout(
+        title={"text": title, "x": 0.0, "xanchor": "left"},
+        uirevision=uirevision,
+        height=height,
+        margin={"l": 10, "r": 10, "t": 40, "b": 10},
+        hovermode="x unified",
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
+    )
+    if not fig.data:
+        fig.add_annotation(
+            text=EMPTY_TEXT, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+            font={"size": 14, "color": "grey"},
+        )
+    return fig
+
+
+def _series(scalars: pd.DataFrame, name: str) -> pd.DataFrame:
+    """The rows of scalar `name` (columns step, value), sorted by step."""
+    if scalars is None or scalars.empty:
+        return pd.DataFrame({"step": [], "value": []})
+    rows = scalars.loc[scalars["name"] == name, ["step", "value"]]
+    return rows.sort_values("step", kind="stable")
+
+
+def loss_figure(
+    scalars: pd.DataFrame, uirevision: Hashable = "loss", log_y: bool = False, height: int = 340
+) -> go.Figure:
+    """Training loss (every recorded step) and validation loss (every `eval_every` steps).
+
+    Args:
+        scalars: long table `step, name, value` (names `train_loss`, `val_loss`).
+        uirevision: kept in `layout.uirevision` so zoom survives refreshes.
+        log_y: logarithmic loss axis.
+    """
+    fig = go.Figure()
+    for name, label, mode in (("train_loss", "train loss", "lines"), ("val_loss", "val loss", "lines+markers")):
+        rows = _series(scalars, name)
+        if not rows.empty:
+            fig.add_trace(go.Scatter(
+                x=rows["step"].tolist(), y=rows["value"].tolist(), name=label, mode=mode,
+                marker={"size": 5},
+            ))
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="loss", type="log" if log_y else "linear")
+    return _finish(fig, uirevision, "Loss", height)
+
+
+def accuracy_figure(
+    scalars: pd.DataFrame, uirevision: Hashable = "accuracy", height: int = 340
+) -> go.Figure:
+    """Validation accuracy against step (recorded every `eval_every` steps)."""
+    fig = go.Figure()
+    rows = _series(scalars, "val_accuracy")
+    if not rows.empty:
+        fig.add_trace(go.Scatter(
+            x=rows["step"].tolist(), y=rows["value"].tolist(), name="val accuracy",
+            mode="lines+markers", marker={"size": 5},
+        ))
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="accuracy", rangemode="tozero")
+    return _finish(fig, uirevision, "Validation accuracy", height)
+
+
+def _fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "none"
+    return f"{value:.6g}"
+
+
+def hyper_trace_figure(
+    changes: pd.DataFrame,
+    last_step: int,
+    uirevision: Hashable = "hypers",
+    log_names: tuple[str, ...] = (),
+    row_height: int = 150,
+) -> go.Figure:
+    """Each hyperparameter's value over the steps: one subplot row per hyperparameter.
+
+    The trace is the step function (`line_shape="hv"`) through the `hyper_changes` rows, extended
+    flat to `last_step`; every `user` / `auto-tune` change gets a marker whose hover text reads
+    `old -> new, source`.
+
+    Args:
+        changes: `step, name, old, new, source` rows in the order they took effect.
+        last_step: the run's last step (the lines end there).
+        log_names: hyperparameters drawn on a log axis (e.g. learning rates).
+    """
+    names = [] if changes is None or changes.empty else list(dict.fromkeys(changes["name"]))
+    if not names:
+        return _finish(go.Figure(), uirevision, "Hyperparameters", row_height + 60)
+    fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=names)
+    for row, name in enumerate(names, start=1):
+        rows = changes[changes["name"] == name]
+        steps = [int(s) for s in rows["step"]]
+        values = [float(v) for v in rows["new"]]
+        end = max(int(last_step), steps[-1])
+        fig.add_trace(go.Scatter(
+            x=steps + [end], y=values + [values[-1]], name=name, mode="lines",
+            line_shape="hv", showlegend=False, hovertemplate=f"{name}=%{{y:.6g}}<extra></extra>",
+        ), row=row, col=1)
+        marked = rows[rows["source"].isin(MARKED_SOURCES)]
+        if not marked.empty:
+            text = [f"{_fmt(o)} -> {_fmt(n)}, {s}"
+                    for o, n, s in zip(marked["old"], marked["new"], marked["source"])]
+            fig.add_trace(go.Scatter(
+                x=[int(s) for s in marked["step"]], y=[float(v) for v in marked["new"]],
+                name=f"{name} changes", mode="markers", text=text, showlegend=False,
+                marker={"size": 9, "symbol": "diamond", "color": "crimson"},
+                hovertemplate=f"{name} at step %{{x}}: %{{text}}<extra></extra>",
+            ), row=row, col=1)
+        if name in log_names:
+            fig.update_yaxes(type="log", row=row, col=1)
+    fig.update_xaxes(title_text="step", row=len(names), col=1)
+    fig = _finish(fig, uirevision, "", row_height * len(names) + 40)
+    fig.update_layout(hovermode="closest", margin={"t": 30})
+    return fig
+
+
+def slot_stats_figure(
+    stats: pd.DataFrame, variable: str, uirevision: Hashable = "slots", height: int = 520
+) -> go.Figure:
+    """L2 norm, mean and std of every slot of `variable` over the steps (three rows).
+
+    Args:
+        stats: `step, variable, slot, norm, mean, std` rows (`slot="update"` is the effective
+            per-parameter step `var_before - var_after`).
+        variable: the model variable whose slots are drawn.
+    """
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=[label for _, label in SLOT_STAT_ROWS])
+    rows = stats[stats["variable"] == variable] if stats is not None and not stats.empty else None
+    if rows is not None and not rows.empty:
+        colors = qualitative.Plotly
+        for index, slot in enumerate(dict.fromkeys(rows["slot"])):
+            part = rows[rows["slot"] == slot].sort_values("step", kind="stable")
+            for row, (column, _) in enumerate(SLOT_STAT_ROWS, start=1):
+                fig.add_trace(go.Scatter(
+                    x=part["step"].tolist(), y=part[column].tolist(), name=slot, mode="lines",
+                    legendgroup=slot, showlegend=row == 1,
+                    line={"color": colors[index % len(colors)]},
+                ), row=row, col=1)
+    fig.update_xaxes(title_text="step", row=3, col=1)
+    return _finish(fig, uirevision, f"Slots of {variable}", height)
+
+
+def common_edges(histograms: pd.DataFrame, bins: int = GRID_BINS) -> np.ndarray:
+    """`bins + 1` equal-width edges spanning every snapshot's `lo..hi` (widened when flat)."""
+    lo, hi = float(histograms["lo"].min()), float(histograms["hi"].max())
+    if not hi > lo:
+        pad = max(abs(lo) * 1e-3, 1e-12)
+        lo, hi = lo - pad, hi + pad
+    return np.linspace(lo, hi, bins + 1)
+
+
+def rebin(lo: float, hi: float, counts: list[int] | np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Spread one equal-width histogram (`counts` between `lo` and `hi`) onto `edges`.
+
+    Each source bin's count is split over the target cells in proportion to their overlap
+    (values are taken as uniform inside a bin), so the total count is conserved exactly up to
+    rounding. A flat snapshot (`lo == hi`) puts everything into the cell holding `lo`.
+    """
+    counts = np.asarray(counts, dtype=float)
+    cells = len(edges) - 1
+    if not hi > lo:
+        index = int(np.clip(np.searchsorted(edges, lo, side="right") - 1, 0, cells - 1))
+        out = np.zeros(cells)
+        out[index] = counts.sum()
+        return out
+    src = np.linspace(lo, hi, len(counts) + 1)
+    left = np.maximum(src[:-1, None], edges[None, :-1])
+    right = np.minimum(src[1:, None], edges[None, 1:])
+    overlap = np.clip(right - left, 0.0, None) / (src[1:] - src[:-1])[:, None]
+    overlap /= np.where(overlap.sum(axis=1, keepdims=True) > 0, overlap.sum(axis=1, keepdims=True), 1)
+    return counts @ overlap
+
+
+def distribution_matrix(histograms: pd.DataFrame, bins: int = GRID_BINS) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """(steps, cell centres, z) with `z[cell, snapshot]` = count re-binned on a common grid."""
+    edges = common_edges(histograms, bins)
+    z = np.column_stack([
+        rebin(lo, hi, counts, edges)
+        for lo, hi, counts in zip(histograms["lo"], histograms["hi"], histograms["counts"])
+    ])
+    return [int(s) for s in histograms["step"]], (edges[:-1] + edges[1:]) / 2, z
+
+
+def distribution_heatmap(
+    histograms: pd.DataFrame, title: str = "", uirevision: Hashable = "distribution",
+    bins: int = GRID_BINS, height: int = 380,
+) -> go.Figure:
+    """How a tensor's value distribution moves over the steps (like TensorBoard distributions).
+
+    Args:
+        histograms: `step, lo, hi, counts` rows (counts: equal-width bins between lo and hi).
+        title: figure title.
+        bins: cells of the common value grid spanning all snapshots' `lo..hi`.
+    """
+    fig = go.Figure()
+    if histograms is not None and not histograms.empty:
+        rows = histograms.sort_values("step", kind="stable")
+        steps, centres, z = distribution_matrix(rows, bins)
+        fig.add_trace(go.Heatmap(
+            x=steps, y=centres.tolist(), z=z.tolist(), colorscale="Viridis", name="count",
+            colorbar={"title": {"text": "count"}},
+            hovertemplate="step %{x}<br>value %{y:.3g}<br>count %{z:.1f}<extra></extra>",
+        ))
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="value")
+    fig = _finish(fig, uirevision, title, height)
+    fig.update_layout(hovermode="closest")
+    return fig

@@ -1,0 +1,153 @@
+"""Widget groups generated from `HyperSpec`s and from an optimizer's plain options.
+
+Ranges come from the specs only: a linear spec becomes a slider over its allowed interval (open
+ends stepped in, e.g. `beta_1` stops at 0.9999), a log-scale spec (learning rates, epsilons)
+becomes a number input shown as `1.00e-03`. Whether a value is allowed is decided by
+`HyperSpec.validate` alone (the same check the optimizer and the run process make); a refused
+value is shown with `st.error` naming the field and its range.
+
+Widgets are initialised through `st.session_state[key]` (never with `value=`), so a page can set
+them programmatically without Streamlit's "default value and Session State" warning.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Mapping
+
+import streamlit as st
+
+from optimizers.hyperparams import HyperSpec, InvalidHyperparameter
+
+OnChange = Callable[[str], None]
+
+
+def widget_help(spec: HyperSpec) -> str:
+    """`"<help> (allowed <range>; <reference>)"` for a widget's tooltip."""
+    extra = f"allowed {spec.allowed()}" + (f"; {spec.reference}" if spec.reference else "")
+    return f"{spec.help} ({extra})"
+
+
+def slider_bounds(spec: HyperSpec) -> tuple[float, float, float] | None:
+    """(min, max, step) of a slider for a linear spec with finite ends, else None.
+
+    The step is 1 for integer specs, otherwise a power of ten about 1/10,000 of the interval;
+    an excluded end is moved one step inwards (`[0, 1)` -> max 0.9999).
+    """
+    if spec.log_scale or math.isinf(spec.low) or math.isinf(spec.high):
+        return None
+    step = 1.0 if spec.integer else 10.0 ** (math.floor(math.log10(spec.high - spec.low)) - 4)
+    low = spec.low if spec.low_inclusive else spec.low + step
+    high = spec.high if spec.high_inclusive else spec.high - step
+    return round(low, 12), round(high, 12), step
+
+
+def log_step(spec: HyperSpec, value: float) -> float:
+    """The +/- step of a log-scale number input: a tenth of the value's power of ten."""
+    base = value if value > 0 else (spec.default if spec.default > 0 else 1.0)
+    return 10.0 ** (math.floor(math.log10(base)) - 1)
+
+
+def check(spec: HyperSpec, value: Any) -> str | None:
+    """None when `spec.validate(value)` accepts the value, else the refusal message."""
+    try:
+        spec.validate(value)
+    except InvalidHyperparameter as error:
+        return str(error)
+    return None
+
+
+def hyper_widgets(
+    specs: Iterable[HyperSpec],
+    key_prefix: str,
+    values: Mapping[str, float] | None = None,
+    on_change: OnChange | None = None,
+    disabled: bool = False,
+) -> dict[str, float]:
+    """One widget per hyperparameter; returns name -> current widget value (as float).
+
+    Args:
+        specs: the optimizer's `HyperSpec`s (registration order is kept).
+        key_prefix: widget keys are `f"{key_prefix}{spec.name}"`.
+        values: initial values (missing names take the spec default); used only when the
+            widget has no state yet.
+        on_change: called with the hyperparameter name after the user changes a widget.
+        disabled: render the widgets read-only.
+
+    Values refused by `spec.validate` are still returned; an `st.error` naming the field and
+    its allowed range is shown under the widget (`invalid_hypers` lists them).
+    """
+    values = dict(values or {})
+    out: dict[str, float] = {}
+    for spec in specs:
+        key = f"{key_prefix}{spec.name}"
+        bounds = slider_bounds(spec)
+        if key not in st.session_state:
+            initial = float(values.get(spec.name, spec.default))
+            if bounds is not None:
+                initial = min(max(initial, bounds[0]), bounds[1])
+            st.session_state[key] = initial
+        common = dict(
+            key=key, help=widget_help(spec), disabled=disabled,
+            on_change=on_change, args=(spec.name,) if on_change else None,
+        )
+        if bounds is not None:
+            low, high, step = bounds
+            digits = 0 if spec.integer else max(0, -int(math.floor(math.log10(step))))
+            value = st.slider(spec.name, min_value=low, max_value=high, step=step,
+                              format=f"%.{digits}f", **common)
+        elif spec.log_scale:
+            value = st.number_input(spec.name, step=log_step(spec, float(st.session_state[key])),
+                                    format="%.2e", **common)
+        else:
+            value = st.number_input(spec.name, step=1.0 if spec.integer else 0.01,
+                                    format="%.0f" if spec.integer else "%.4g", **common)
+        message = check(spec, value)
+        if message:
+            st.error(message)
+        out[spec.name] = float(value)
+    return out
+
+
+def invalid_hypers(specs: Iterable[HyperSpec], values: Mapping[str, float]) -> dict[str, str]:
+    """name -> refusal message for every value `spec.validate` refuses."""
+    return {
+        spec.name: message
+        for spec in specs
+        if spec.name in values and (message := check(spec, values[spec.name]))
+    }
+
+
+def option_widgets(
+    options: Mapping[str, Any],
+    key_prefix: str,
+    optimizer_names: Iterable[str] = (),
+    exclude: str = "",
+    disabled: bool = False,
+) -> dict[str, Any]:
+    """Widgets for an optimizer's plain options (`registry.option_defaults(name)`).
+
+    bool -> checkbox, int -> integer number input (>= 1), `inner` -> selectbox of the registered
+    optimizer names (without `exclude`, the wrapper itself), other str -> text input,
+    float -> number input. Keys are `f"{key_prefix}{option}"`.
+    """
+    out: dict[str, Any] = {}
+    for name, default in options.items():
+        key = f"{key_prefix}{name}"
+        if key not in st.session_state:
+            st.session_state[key] = default
+        if isinstance(default, bool):
+            out[name] = st.checkbox(name, key=key, disabled=disabled)
+        elif isinstance(default, int):
+            out[name] = int(st.number_input(name, min_value=1, step=1, key=key, disabled=disabled))
+        elif isinstance(default, str) and name == "inner":
+            choices = [n for n in optimizer_names if n != exclude] or [default]
+            if st.session_state[key] not in choices:
+                st.session_state[key] = default if default in choices else choices[0]
+            out[name] = st.selectbox(name, choices, key=key, disabled=disabled,
+                                     help="the optimizer whose update is applied every k steps")
+        elif isinstance(default, str):
+            out[name] = st.text_input(name, key=key, disabled=disabled)
+        else:
+            out[name] = float(st.number_input(name, key=key, disabled=disabled))
+    return out

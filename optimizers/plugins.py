@@ -1,0 +1,162 @@
+"""Plugin discovery: user-written optimizers from a folder, checked before they are offered.
+
+The folder is, first found wins: `--plugins DIR` among the script's arguments (`streamlit run
+app.py -- --plugins DIR`), the environment variable `OPTIMIZER_LAB_PLUGINS`, else `./plugins`
+of the project. Every `*.py` file in it (not `_*.py`) is imported on its own, once per process,
+as module `optimizer_lab_plugins.<stem>`; an exception during the import is captured with its
+traceback and reported, and the other files still load. Code is only ever read from that folder
+(never from the browser).
+
+Each OptimizerV2 subclass a plugin defines goes through `contract.check_optimizer`; a subclass
+of `RuleOptimizer` that passes every item is added to the registry under its `REGISTRY_NAME`
+class attribute (default: the class name in lower case), so it appears in every optimizer list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import tf_keras
+
+from optimizers import contract, registry
+from optimizers.base import RuleOptimizer
+
+ENV_VAR = "OPTIMIZER_LAB_PLUGINS"
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "plugins"
+MODULE_PREFIX = "optimizer_lab_plugins"
+LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
+
+
+@dataclass
+class ClassReport:
+    """One optimizer class of a plugin: its contract results and whether it was registered."""
+
+    name: str
+    registry_name: str
+    is_rule_optimizer: bool
+    checks: list[contract.CheckResult]
+    registered: bool
+    note: str
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+
+@dataclass
+class PluginReport:
+    """One plugin file: `error` is the import traceback (None when the import worked)."""
+
+    path: str
+    module: str
+    error: str | None
+    classes: list[ClassReport] = field(default_factory=list)
+
+
+def plugins_dir(argv: Sequence[str] | None = None, environ: dict | None = None) -> Path:
+    """The plugins folder from `--plugins DIR` in `argv` (default `sys.argv[1:]`), else
+    `$OPTIMIZER_LAB_PLUGINS`, else the project's `plugins/`."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--plugins")
+    known, _ = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    environ = os.environ if environ is None else environ
+    chosen = known.plugins or environ.get(ENV_VAR)
+    return Path(chosen).expanduser().resolve() if chosen else DEFAULT_DIR
+
+
+def registry_name(cls: type) -> str:
+    return str(getattr(cls, "REGISTRY_NAME", cls.__name__.lower()))
+
+
+_MODULES: dict[str, tuple[object | None, str | None]] = {}  # path -> (module, error), per process
+
+
+def import_plugin(path: Path) -> tuple[object | None, str | None]:
+    """Import one plugin file once per process; returns (module or None, traceback or None)."""
+    key = str(path.resolve())
+    if key in _MODULES:
+        return _MODULES[key]
+    name = f"{MODULE_PREFIX}.{path.stem}"
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        result = (module, None)
+    except BaseException as error:  # noqa: BLE001 - SystemExit in a plugin must not stop the app
+        if isinstance(error, KeyboardInterrupt):
+            raise
+        sys.modules.pop(name, None)
+        result = (None, "".join(traceback.format_exception(error)).strip())
+    _MODULES[key] = result
+    return result
+
+
+def optimizer_classes(module: object) -> list[type]:
+    """OptimizerV2 subclasses defined in `module` itself (not imported into it)."""
+    return [obj for _, obj in inspect.getmembers(module, inspect.isclass)
+            if issubclass(obj, LegacyOptimizer) and obj.__module__ == module.__name__]
+
+
+def _register(cls: type, report: ClassReport) -> None:
+    existing = registry.OPTIMIZERS.get(report.registry_name)
+    if existing is cls:
+        report.registered, report.note = True, "already registered"
+        return
+    if existing is not None:
+        report.note = f"not registered: the name {report.registry_name!r} is taken by {existing.__name__}"
+        return
+    registry.register(report.registry_name, cls)
+    report.registered, report.note = True, f"registered as {report.registry_name!r}"
+
+
+def discover(directory: Path | str | None = None, register: bool = True) -> list[PluginReport]:
+    """Import every plugin of `directory` (default `plugins_dir()`), check and register them.
+
+    Returns one `PluginReport` per file, sorted by file name. Never raises for a broken plugin.
+    """
+    folder = Path(directory) if directory is not None else plugins_dir()
+    reports = []
+    for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+        if path.name.startswith("_"):
+            continue
+        module, error = import_plugin(path)
+        report = PluginReport(str(path), f"{MODULE_PREFIX}.{path.stem}", error)
+        for cls in optimizer_classes(module) if module is not None else []:
+            checks = contract.check_optimizer(cls)
+            is_rule = issubclass(cls, RuleOptimizer)
+            entry = ClassReport(cls.__name__, registry_name(cls), is_rule, checks, False, "")
+            if not entry.passed:
+                entry.note = "not registered: failed " + ", ".join(c.item for c in checks if not c.passed)
+            elif not is_rule:
+                entry.note = ("not registered: passes the contract but is not a RuleOptimizer "
+                              "(the Train page needs coefficients/update)")
+            elif register:
+                _register(cls, entry)
+            report.classes.append(entry)
+        reports.append(report)
+    return reports
+
+
+def ensure_registered(name: str) -> None:
+    """For the run process: when `name` is not registered, discover the plugins (same folder as
+    the server: it exports `OPTIMIZER_LAB_PLUGINS`) so a plugin that passed is found.
+
+    Raises:
+        KeyError: `name` is still unknown (not a plugin, or one that failed its check).
+    """
+    if name not in registry.OPTIMIZERS:
+        discover()
+    registry.get(name)
+
+
+__all__ = ["ensure_registered", "ClassReport", "ENV_VAR", "PluginReport", "discover", "import_plugin", "plugins_dir",
+           "registry_name"]

@@ -1,0 +1,127 @@
+"""The contract check and plugin discovery, on the shipped examples and a broken fixture."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from optimizers import contract, plugins, registry
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plugins_broken"
+BUILTIN = ["adam", "sgd", "adamw", "rmsprop", "adagrad", "diffgrad", "accumulation"]
+
+GOOD_EXPECTED = {item: True for item in contract.ITEMS}
+BAD_EXPECTED = {
+    "underscore_methods": False,      # public create_slots / resource_apply_sparse
+    "set_hyper": False,               # momentum is a plain attribute
+    "slots_in_create_slots": False,   # velocity made lazily in _resource_apply_dense
+    "config_roundtrip": False,        # get_config's "mom" is not a constructor argument
+    "live_change_no_retrace": False,  # compiled step keeps momentum = 0.9
+    "sparse_matches_dense": False,    # _resource_apply_sparse never implemented
+    "loss_decreases": True,           # the dense maths is right
+    "differentiable": False,          # plain OptimizerV2, no pure rule
+}
+
+
+@pytest.fixture
+def clean_registry():
+    saved = dict(registry.OPTIMIZERS)
+    yield
+    registry.OPTIMIZERS.clear()
+    registry.OPTIMIZERS.update(saved)
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    saved = dict(registry.OPTIMIZERS)
+    reports = {Path(r.path).name: r for r in plugins.discover(ROOT / "plugins")}
+    added = {k: v for k, v in registry.OPTIMIZERS.items() if k not in saved}
+    registry.OPTIMIZERS.clear()
+    registry.OPTIMIZERS.update(saved)
+    return reports, added
+
+
+def results(report) -> dict[str, bool]:
+    (entry,) = report.classes
+    return {c.item: c.passed for c in entry.checks}
+
+
+def test_discovery_finds_both_examples(shipped):
+    reports, added = shipped
+    assert sorted(reports) == ["bad_optimizer.py", "good_optimizer.py"]
+    assert all(r.error is None for r in reports.values())
+    assert [c.name for c in reports["good_optimizer.py"].classes] == ["Lion"]
+    assert [c.name for c in reports["bad_optimizer.py"].classes] == ["BadMomentum"]
+    assert list(added) == ["lion"] and added["lion"].__name__ == "Lion"
+
+
+@pytest.mark.parametrize("item", list(contract.ITEMS))
+def test_each_item_on_the_good_plugin(shipped, item):
+    assert results(shipped[0]["good_optimizer.py"])[item] is GOOD_EXPECTED[item]
+
+
+@pytest.mark.parametrize("item", list(contract.ITEMS))
+def test_each_item_on_the_bad_plugin(shipped, item):
+    assert results(shipped[0]["bad_optimizer.py"])[item] is BAD_EXPECTED[item]
+
+
+def test_bad_plugin_details_name_the_mistakes(shipped):
+    (entry,) = shipped[0]["bad_optimizer.py"].classes
+    detail = {c.item: c.detail for c in entry.checks}
+    assert "resource_apply_sparse, create_slots" in detail["underscore_methods"]
+    assert "momentum (float attribute)" in detail["set_hyper"]
+    assert "['velocity'] appeared only during a step" in detail["slots_in_create_slots"]
+    assert "Unexpected keyword argument passed to optimizer: mom" in detail["config_roundtrip"]
+    assert "traces 1 -> 1" in detail["live_change_no_retrace"]
+    assert "still uses the old momentum" in detail["live_change_no_retrace"]
+    assert "NotImplementedError" in detail["sparse_matches_dense"]
+    assert not entry.registered and entry.note.startswith("not registered: failed underscore_methods")
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_every_registry_optimizer_passes_the_contract(name):
+    failed = [c for c in contract.check_optimizer(registry.get(name)) if not c.passed]
+    assert not failed, failed
+
+
+def test_keras_adam_fails_set_hyper_and_differentiability():
+    import tf_keras
+
+    checks = {c.item: c for c in contract.check_optimizer(tf_keras.optimizers.legacy.Adam)}
+    assert checks["underscore_methods"].passed and checks["sparse_matches_dense"].passed
+    assert not checks["set_hyper"].passed and "epsilon (float attribute)" in checks["set_hyper"].detail
+    assert not checks["live_change_no_retrace"].passed  # epsilon change ignored once compiled
+    assert "old epsilon" in checks["live_change_no_retrace"].detail
+    assert not checks["differentiable"].passed
+
+
+def test_raising_plugin_is_reported_and_the_rest_loads(clean_registry):
+    reports = {Path(r.path).name: r for r in plugins.discover(FIXTURES)}
+    assert sorted(reports) == ["raises_on_import.py", "sign_sgd.py"]
+    broken = reports["raises_on_import.py"]
+    assert broken.classes == [] and "RuntimeError: this plugin is broken on purpose" in broken.error
+    (entry,) = reports["sign_sgd.py"].classes
+    assert entry.passed and entry.registered
+    assert registry.get("signsgd_fixture").__name__ == "SignSGD"
+    assert registry.create("signsgd_fixture").hyper_values() == {"learning_rate": 0.001}
+    again = plugins.discover(FIXTURES)  # imported once per process; registration idempotent
+    assert again[1].classes[0].note == "already registered"
+
+
+def test_plugins_dir_from_flag_env_or_default(tmp_path):
+    assert plugins.plugins_dir(["--plugins", str(tmp_path)], {}) == tmp_path.resolve()
+    assert plugins.plugins_dir([], {plugins.ENV_VAR: str(tmp_path)}) == tmp_path.resolve()
+    assert plugins.plugins_dir(["--plugins", str(tmp_path)], {plugins.ENV_VAR: "/elsewhere"}) == tmp_path.resolve()
+    assert plugins.plugins_dir([], {}) == ROOT / "plugins"
+    assert plugins.discover(tmp_path / "missing") == []
+
+
+def test_ensure_registered_discovers_on_demand(clean_registry, monkeypatch):
+    monkeypatch.setenv(plugins.ENV_VAR, str(FIXTURES))
+    registry.OPTIMIZERS.pop("signsgd_fixture", None)
+    plugins.ensure_registered("signsgd_fixture")
+    assert registry.get("signsgd_fixture").__name__ == "SignSGD"
+    with pytest.raises(KeyError):
+        plugins.ensure_registered("raises_on_import")

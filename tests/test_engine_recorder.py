@@ -1,0 +1,72 @@
+"""Recording schedule (bounded) and the in-graph statistics/histograms against NumPy."""
+
+import numpy as np
+import tensorflow as tf
+
+from optimizers.adam import Adam
+from training import recorder
+
+
+def test_decimation_bound_for_200k_steps():
+    steps = 200_000
+    recorded = sum(recorder.should_record(s) for s in range(1, steps + 1))
+    assert recorded == 1000 + 900 + 900 + 100
+    assert recorded + 1 <= recorder.record_bound(steps) == 2901
+    assert recorder.record_bound(1_000_000) == 3701
+    for n in (1, 999, 1000, 1001, 12_345, 100_000, 150_001):
+        assert sum(recorder.should_record(s) for s in range(1, n + 1)) + 1 <= recorder.record_bound(n)
+    hist = sum(recorder.should_histogram(s) for s in range(1, steps + 1))
+    assert hist == 1 + 50 + 45 + 45 + 5
+    assert all(recorder.should_record(s) for s in range(1, steps + 1) if recorder.should_histogram(s))
+
+
+def test_loss_meter_mean():
+    meter = recorder.LossMeter()
+    for x in (1.0, 2.0, 6.0):
+        meter.add(x)
+    assert meter.take() == 3.0
+    assert np.isnan(meter.take())
+
+
+def _setup():
+    var = tf.Variable(np.arange(12, dtype=np.float32).reshape(3, 4) / 7.0, name="dense_1/kernel")
+    const = tf.Variable(np.full(5, 2.5, np.float32), name="dense_1/bias")
+    opt = Adam(learning_rate=0.1)
+    variables = [var, const]
+    opt._create_all_weights(variables)
+    before = [v.read_value() for v in variables]
+    grads = [tf.ones_like(var) * 0.3 + tf.reshape(tf.range(12, dtype=tf.float32), (3, 4)), tf.zeros(5)]
+    opt.apply_gradients(zip(grads, variables))
+    return opt, variables, before
+
+
+def test_stats_match_numpy():
+    opt, variables, before = _setup()
+    series = recorder.slot_series(variables, opt)
+    assert series == [("dense_1/kernel", "m"), ("dense_1/kernel", "v"),
+                      ("dense_1/kernel", "update"), ("dense_1/bias", "m"), ("dense_1/bias", "v"),
+                      ("dense_1/bias", "update")]
+    stats = recorder.packed_stats(variables, opt, before).numpy()
+    assert stats.shape == (6, 3) and stats.dtype == np.float32
+    arrays = []
+    for var, old in zip(variables, before):
+        arrays += [opt.get_slot(var, "m").numpy(), opt.get_slot(var, "v").numpy(),
+                   old.numpy() - var.numpy()]
+    for row, a in zip(stats, arrays):
+        np.testing.assert_allclose(row, [np.linalg.norm(a), a.mean(), a.std()], rtol=1e-5, atol=1e-7)
+    # Adam's first step: update = lr_t * m / (sqrt(v) + eps) = ~lr * sign(g)
+    np.testing.assert_allclose(stats[2, 1], 0.1, rtol=1e-4)
+
+
+def test_histograms_count_every_element():
+    opt, variables, before = _setup()
+    hists = recorder.packed_histograms(variables, opt, before).numpy()
+    assert hists.shape == (6, 2 + recorder.BINS)
+    sizes = [12, 12, 12, 5, 5, 5]
+    for row, size in zip(hists, sizes):
+        assert row[2:].sum() == size and row[0] <= row[1]
+    # the bias got a zero gradient: its update is all zeros, lo == hi, everything in bin 0
+    assert hists[5, 0] == hists[5, 1] == 0.0 and hists[5, 2] == 5
+    rows = recorder.histogram_rows(7, recorder.slot_series(variables, opt), hists)
+    assert rows[0][0] == 7 and len(rows[0][5]) == recorder.BINS
+    assert all(isinstance(c, int) for c in rows[0][5])

@@ -1,0 +1,156 @@
+"""The pure figure builders: traces, values, re-binning and uirevision from hand-made frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from components import figures
+
+
+@pytest.fixture
+def scalars() -> pd.DataFrame:
+    return pd.DataFrame({
+        "step": [1, 2, 3, 2, 3, 2],
+        "name": ["train_loss", "train_loss", "train_loss", "val_loss", "val_loss", "val_accuracy"],
+        "value": [2.3, 2.0, 1.5, 2.1, 1.7, 0.4],
+    })
+
+
+def test_loss_figure_has_train_and_val_lines(scalars):
+    fig = figures.loss_figure(scalars, uirevision=7)
+    assert [t.name for t in fig.data] == ["train loss", "val loss"]
+    assert list(fig.data[0].x) == [1, 2, 3] and list(fig.data[0].y) == [2.3, 2.0, 1.5]
+    assert list(fig.data[1].x) == [2, 3] and list(fig.data[1].y) == [2.1, 1.7]
+    assert fig.layout.uirevision == 7
+    assert fig.layout.yaxis.type == "linear"
+    assert figures.loss_figure(scalars, log_y=True).layout.yaxis.type == "log"
+
+
+def test_loss_figure_sorts_by_step():
+    frame = pd.DataFrame({"step": [3, 1, 2], "name": ["train_loss"] * 3, "value": [3.0, 1.0, 2.0]})
+    fig = figures.loss_figure(frame)
+    assert list(fig.data[0].x) == [1, 2, 3] and list(fig.data[0].y) == [1.0, 2.0, 3.0]
+
+
+def test_accuracy_figure(scalars):
+    fig = figures.accuracy_figure(scalars, uirevision="run-3")
+    assert len(fig.data) == 1 and fig.data[0].name == "val accuracy"
+    assert list(fig.data[0].x) == [2] and list(fig.data[0].y) == [0.4]
+    assert fig.layout.uirevision == "run-3"
+
+
+@pytest.mark.parametrize("builder", [figures.loss_figure, figures.accuracy_figure])
+def test_empty_scalars_give_no_traces_and_a_note(builder):
+    fig = builder(pd.DataFrame(columns=["step", "name", "value"]), uirevision=1)
+    assert len(fig.data) == 0
+    assert fig.layout.annotations[0].text == figures.EMPTY_TEXT
+    assert fig.layout.uirevision == 1
+
+
+@pytest.fixture
+def changes() -> pd.DataFrame:
+    return pd.DataFrame({
+        "step": [0, 0, 50, 80],
+        "name": ["learning_rate", "beta_1", "learning_rate", "learning_rate"],
+        "old": [None, None, 0.001, 0.01],
+        "new": [0.001, 0.9, 0.01, 0.005],
+        "source": ["init", "init", "user", "auto-tune"],
+    })
+
+
+def test_hyper_trace_one_row_per_hyperparameter(changes):
+    fig = figures.hyper_trace_figure(changes, last_step=120, uirevision=4, log_names=("learning_rate",))
+    assert fig.layout.uirevision == 4
+    lines = [t for t in fig.data if t.mode == "lines"]
+    markers = [t for t in fig.data if t.mode == "markers"]
+    assert [t.name for t in lines] == ["learning_rate", "beta_1"]
+    assert all(t.line.shape == "hv" for t in lines)
+    lr = lines[0]
+    assert list(lr.x) == [0, 50, 80, 120] and list(lr.y) == [0.001, 0.01, 0.005, 0.005]
+    assert list(lines[1].x) == [0, 120] and list(lines[1].y) == [0.9, 0.9]
+    assert len(markers) == 1 and list(markers[0].x) == [50, 80]
+    assert list(markers[0].text) == ["0.001 -> 0.01, user", "0.01 -> 0.005, auto-tune"]
+    # one subplot row each: the two lines use different y axes; lr is on a log axis
+    assert lines[0].yaxis != lines[1].yaxis
+    assert fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type != "log"
+
+
+def test_hyper_trace_extends_past_last_change_only_forward(changes):
+    fig = figures.hyper_trace_figure(changes, last_step=10)  # last_step before the last change
+    assert list(fig.data[0].x)[-1] == 80
+
+
+def test_hyper_trace_empty():
+    fig = figures.hyper_trace_figure(pd.DataFrame(columns=["step", "name", "old", "new", "source"]), 0, uirevision=2)
+    assert len(fig.data) == 0 and fig.layout.uirevision == 2
+
+
+def test_slot_stats_figure_three_rows_one_line_per_slot():
+    stats = pd.DataFrame({
+        "step": [1, 1, 1, 2, 2, 2, 1],
+        "variable": ["dense/kernel"] * 6 + ["dense/bias"],
+        "slot": ["m", "v", "update"] * 2 + ["m"],
+        "norm": [1.0, 2.0, 3.0, 1.5, 2.5, 3.5, 9.0],
+        "mean": [0.1, 0.2, 0.3, 0.15, 0.25, 0.35, 9.0],
+        "std": [0.01, 0.02, 0.03, 0.015, 0.025, 0.035, 9.0],
+    })
+    fig = figures.slot_stats_figure(stats, "dense/kernel", uirevision=5)
+    assert fig.layout.uirevision == 5
+    assert len(fig.data) == 9  # 3 slots x 3 statistics
+    by_axis = {}
+    for trace in fig.data:
+        by_axis.setdefault(trace.yaxis, []).append(trace)
+    assert sorted(by_axis) == ["y", "y2", "y3"]
+    norm_m = next(t for t in by_axis["y"] if t.name == "m")
+    std_update = next(t for t in by_axis["y3"] if t.name == "update")
+    assert list(norm_m.x) == [1, 2] and list(norm_m.y) == [1.0, 1.5]
+    assert list(std_update.y) == [0.03, 0.035]
+    assert sum(bool(t.showlegend) for t in fig.data) == 3
+    assert 9.0 not in [y for t in fig.data for y in t.y]  # other variable excluded
+
+
+def _histograms() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    rows = []
+    for step, (lo, hi) in enumerate([(-1.0, 1.0), (-0.5, 2.0), (0.3, 0.3), (-3.0, -1.0)], start=1):
+        rows.append({"step": step * 10, "lo": lo, "hi": hi, "counts": rng.integers(0, 50, 32).tolist()})
+    return pd.DataFrame(rows)
+
+
+def test_rebin_conserves_counts_and_places_mass():
+    edges = np.linspace(-2.0, 2.0, 9)  # cells of width 0.5
+    counts = [0] * 31 + [10]  # all mass in the top bin of [0, 1]
+    out = figures.rebin(0.0, 1.0, counts, edges)
+    assert out.sum() == pytest.approx(10)
+    assert out[5] == pytest.approx(10)  # [0.5, 1.0)
+    flat = figures.rebin(0.3, 0.3, [5] * 32, edges)
+    assert flat.sum() == pytest.approx(160) and flat[4] == pytest.approx(160)
+    split = figures.rebin(-0.25, 0.25, [4], edges)  # one bin straddling two cells
+    assert list(split[3:5]) == pytest.approx([2.0, 2.0])
+
+
+def test_distribution_heatmap_rebins_on_common_grid_and_conserves_counts():
+    hist = _histograms()
+    fig = figures.distribution_heatmap(hist, title="m of dense/kernel", uirevision=9, bins=40)
+    assert fig.layout.uirevision == 9
+    assert fig.layout.title.text == "m of dense/kernel"
+    (heat,) = fig.data
+    z = np.array(heat.z)
+    assert z.shape == (40, 4)
+    assert list(heat.x) == [10, 20, 30, 40]
+    y = np.array(heat.y)
+    assert y.min() > -3.0 and y.max() < 2.0 and y[0] < -2.9 and y[-1] > 1.9
+    for column, counts in enumerate(hist["counts"]):
+        assert z[:, column].sum() == pytest.approx(sum(counts))
+    # the snapshot at step 40 lies in [-3, -1]: nothing above -1
+    assert z[y > -1 + 0.2, 3].sum() == pytest.approx(0)
+
+
+def test_distribution_heatmap_all_flat_and_empty():
+    flat = pd.DataFrame({"step": [1, 2], "lo": [0.0, 0.0], "hi": [0.0, 0.0], "counts": [[3] * 32, [1] * 32]})
+    z = np.array(figures.distribution_heatmap(flat).data[0].z)
+    assert z.sum(axis=0) == pytest.approx([96, 32])
+    empty = figures.distribution_heatmap(pd.DataFrame(columns=["step", "lo", "hi", "counts"]), uirevision=3)
+    assert len(empty.data) == 0 and empty.layout.uirevision == 3

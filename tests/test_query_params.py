@@ -1,0 +1,69 @@
+"""Share links: RunConfig <-> st.query_params strings, with validation naming the parameter."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.query_params import (QueryParamsError, from_query_params, session_values,
+                                     to_query_params)
+from optimizers import registry
+from training.config import RunConfig
+
+
+OPTIMIZERS = registry.names()
+
+
+@pytest.mark.parametrize("optimizer", OPTIMIZERS)
+def test_round_trip_every_optimizer(optimizer):
+    config = RunConfig(optimizer=optimizer, hyperparameters={"learning_rate": 0.0123456789},
+                       dataset="breast_cancer", model="logistic", steps=321, seed=9,
+                       batch_size=17, eval_every=7, dtype="float64")
+    params = to_query_params(config)
+    assert all(isinstance(v, str) for v in params.values())
+    assert params["hp.learning_rate"] == "0.0123456789"
+    assert from_query_params(params) == config
+
+
+def test_options_and_lists_like_st_query_params():
+    config = RunConfig(optimizer="accumulation", options={"inner": "sgd", "accumulation_steps": 4},
+                       hyperparameters={"momentum": 0.5})
+    params = to_query_params(config)
+    assert params["opt.inner"] == "sgd" and params["opt.accumulation_steps"] == "4"
+    assert from_query_params({k: [v] for k, v in params.items()}) == config
+    adam = to_query_params(RunConfig(options={"amsgrad": True}))
+    assert adam["opt.amsgrad"] == "true"
+    assert from_query_params({**adam, "page": "train"}).options == {"amsgrad": True}
+
+
+def test_no_setup_in_the_url():
+    assert from_query_params({}) is None
+    assert from_query_params({"page": "runs"}) is None
+
+
+@pytest.mark.parametrize("params, field, fragment", [
+    ({"optimizer": "os.system"}, "optimizer", "is unknown"),
+    ({"optimizer": "adam", "steps": "many"}, "steps", "'many' is not an integer"),
+    ({"optimizer": "adam", "steps": "0"}, "steps", "greater than or equal to 1"),
+    ({"optimizer": "adam", "hp.learning_rate": "__import__('os')"}, "hp.learning_rate",
+     "is not a number"),
+    ({"optimizer": "adam", "hp.learning_rate": "inf"}, "hp.learning_rate", "must be finite"),
+    ({"optimizer": "adam", "hp.beta_1": "1.5"}, "hp.beta_1", "must be a float in [0, 1)"),
+    ({"optimizer": "adam", "hp.momentum": "0.5"}, "hp.momentum", "refused: adam has"),
+    ({"optimizer": "adam", "opt.amsgrad": "maybe"}, "opt.amsgrad", "true or false"),
+    ({"optimizer": "adam", "opt.nesterov": "true"}, "opt.nesterov", "unknown option"),
+    ({"optimizer": "adam", "dataset": "tokens"}, "model", "refused for dataset='tokens'"),
+    ({"optimizer": "adam", "device": "x" * 65}, "device", "at most 64"),
+])
+def test_bad_links_name_the_parameter(params, field, fragment):
+    with pytest.raises(QueryParamsError) as error:
+        from_query_params(params)
+    assert error.value.field == field
+    assert fragment in str(error.value)
+
+
+def test_session_values_use_train_page_keys():
+    values = session_values(RunConfig(optimizer="adam", hyperparameters={"learning_rate": 0.01}))
+    assert values["hp_adam_learning_rate"] == 0.01 and values["opt_adam_amsgrad"] is False
+    assert values["device"] == "auto"
+    inner = session_values(RunConfig(optimizer="accumulation", options={"inner": "sgd"}))
+    assert "hp_accumulation_sgd_learning_rate" in inner

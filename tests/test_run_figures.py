@@ -1,0 +1,134 @@
+"""The pure builders of the Runs page: config differences, legend names, table, overlays."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from components import run_figures as rf
+
+ADAM = {"optimizer": "adam", "hyperparameters": {"learning_rate": 0.001, "beta_1": 0.9},
+        "options": {"amsgrad": False}, "dataset": "digits", "seed": 0, "device": ""}
+SGD = {"optimizer": "sgd", "hyperparameters": {"learning_rate": 0.1, "momentum": 0.0},
+       "options": {"nesterov": False}, "dataset": "digits", "seed": 0, "device": "/device:CPU:0"}
+
+
+def test_differing_fields_compares_leaves_and_missing_fields():
+    other = {**ADAM, "hyperparameters": {**ADAM["hyperparameters"], "learning_rate": 0.01}}
+    assert rf.differing_fields([ADAM, other]) == ["hyperparameters.learning_rate"]
+    assert rf.differing_fields([ADAM, SGD]) == [
+        "optimizer", "hyperparameters.learning_rate", "hyperparameters.beta_1",
+        "options.amsgrad", "device", "hyperparameters.momentum", "options.nesterov"]
+    assert rf.differing_fields([ADAM, dict(ADAM)]) == []
+    assert rf.differing_fields([ADAM]) == []
+
+
+def test_legend_fields_drop_device_and_fields_implied_by_the_optimizer():
+    assert rf.legend_fields([ADAM, SGD]) == ["optimizer", "hyperparameters.learning_rate"]
+    seeded = {**ADAM, "seed": 7}
+    assert rf.legend_fields([ADAM, seeded, SGD]) == [
+        "optimizer", "hyperparameters.learning_rate", "seed"]
+
+
+def test_run_labels_name_what_differs():
+    labels = rf.run_labels([3, 4], [ADAM, SGD], ["", "fast"])
+    assert labels == {3: "#3 adam, lr=0.001",
+                      4: "#4 fast sgd, lr=0.1"}
+    assert rf.run_labels([1, 2], [ADAM, ADAM]) == {1: "#1", 2: "#2"}
+
+
+def _runs() -> pd.DataFrame:
+    return pd.DataFrame({
+        "id": [2, 1], "name": ["b", "a"], "created": [1.7e9 + 60, 1.7e9], "updated": [0, 0],
+        "status": ["running", "finished"], "message": ["", ""], "optimizer": ["sgd", "adam"],
+        "dataset": ["digits", "moons"], "model": ["mlp", "logistic"], "seed": [0, 1],
+        "device": ["", ""], "step": [5, 30], "total_steps": [100, 30],
+        "config": [json.dumps(SGD), json.dumps(ADAM)],
+    })
+
+
+def test_overview_table_joins_final_metrics_and_key_hyperparameters():
+    finals = pd.DataFrame({"run_id": [1, 1], "name": ["val_loss", "val_accuracy"],
+                           "step": [30, 30], "value": [0.25, 0.9]})
+    table = rf.overview_table(_runs(), finals)
+    assert list(table["id"]) == [2, 1]
+    assert table.loc[1, "val_loss"] == 0.25 and table.loc[1, "val_accuracy"] == 0.9
+    assert pd.isna(table.loc[0, "val_loss"])
+    assert table.loc[1, "hyperparameters"] == "learning_rate=0.001, beta_1=0.9"
+    assert table.loc[0, "learning_rate"] == 0.1
+    assert str(table.loc[1, "created"]) == "2023-11-14 22:13:20"
+    assert rf.overview_table(_runs().iloc[:0], finals).empty
+
+
+def test_filter_table_by_text_status_and_optimizer():
+    table = rf.overview_table(_runs(), pd.DataFrame(columns=["run_id", "name", "step", "value"]))
+    assert list(rf.filter_table(table, "MOONS")["id"]) == [1]
+    assert list(rf.filter_table(table, "beta_1")["id"]) == [1]
+    assert list(rf.filter_table(table, statuses=["running"])["id"]) == [2]
+    assert list(rf.filter_table(table, optimizers=["adam", "sgd"])["id"]) == [2, 1]
+    assert rf.filter_table(table, "nothing like this").empty
+
+
+def _scalars(scale: float) -> pd.DataFrame:
+    rows = [(s, "train_loss", scale / s) for s in range(1, 11)]
+    rows += [(s, "val_loss", scale / (s + 1)) for s in (0, 5, 10)]
+    rows += [(s, "val_accuracy", s / 10) for s in (0, 5, 10)]
+    return pd.DataFrame(rows, columns=["step", "name", "value"])
+
+
+LABELS = {1: "#1 lr=0.1", 2: "#2 lr=0.01"}
+
+
+def test_overlay_loss_one_colour_per_run_and_uirevision():
+    fig = rf.overlay_loss_figure({1: _scalars(1.0), 2: _scalars(2.0)}, LABELS, uirevision="1-2")
+    assert [t.name for t in fig.data] == ["#1 lr=0.1 · train", "#1 lr=0.1 · val",
+                                          "#2 lr=0.01 · train", "#2 lr=0.01 · val"]
+    assert fig.data[0].line.color == fig.data[1].line.color != fig.data[2].line.color
+    assert list(fig.data[2].y[:2]) == [2.0, 1.0]
+    assert list(fig.data[1].x) == [0, 5, 10] and fig.data[1].line.dash == "dot"
+    assert fig.layout.uirevision == "1-2"
+    assert rf.overlay_loss_figure({1: _scalars(1.0)}, LABELS, log_y=True).layout.yaxis.type == "log"
+
+
+def test_overlay_validation_two_rows():
+    fig = rf.overlay_validation_figure({1: _scalars(1.0), 2: _scalars(2.0)}, LABELS)
+    assert len(fig.data) == 4
+    assert [t.yaxis for t in fig.data] == ["y", "y2", "y", "y2"]
+    assert list(fig.data[1].y) == [0.0, 0.5, 1.0]
+    assert [t.showlegend for t in fig.data] == [True, False, True, False]
+
+
+def test_overlay_hyper_traces_step_function_to_last_step():
+    changes = {
+        1: pd.DataFrame({"step": [1, 1, 6], "name": ["learning_rate", "beta_1", "learning_rate"],
+                         "new": [0.1, 0.9, 0.05]}),
+        2: pd.DataFrame({"step": [1], "name": ["learning_rate"], "new": [0.01]}),
+    }
+    fig = rf.overlay_hyper_figure(changes, {1: 10, 2: 8}, LABELS, uirevision="u")
+    lr1, beta1, lr2 = fig.data
+    assert list(lr1.x) == [1, 6, 10] and list(lr1.y) == [0.1, 0.05, 0.05]
+    assert lr1.line.shape == "hv" and beta1.yaxis == "y2"
+    assert list(lr2.x) == [1, 8] and lr2.name == "#2 lr=0.01"
+    assert [a.text for a in fig.layout.annotations] == ["learning_rate", "beta_1"]
+    assert fig.layout.uirevision == "u"
+
+
+def test_overlay_slot_figure_picks_variable_slot_and_statistic():
+    stats = pd.DataFrame({"step": [1, 2, 1, 2], "variable": ["k", "k", "k", "b"],
+                          "slot": ["m", "m", "v", "m"], "norm": [1.0, 2.0, 3.0, 4.0],
+                          "mean": [0.1, 0.2, 0.3, 0.4], "std": [0.0] * 4})
+    fig = rf.overlay_slot_figure({1: stats, 2: stats.iloc[:0]}, "k", "m", LABELS, "mean")
+    assert len(fig.data) == 1 and list(fig.data[0].y) == [0.1, 0.2]
+    assert fig.layout.title.text == "mean of slot m of k"
+
+
+def test_overlay_hypergradient_figure_accepts_known_layouts():
+    grads = pd.DataFrame({"step": [1, 2, 1], "hyperparameter": ["learning_rate"] * 2 + ["beta_1"],
+                          "hypergradient": [0.5, 0.25, -1.0]})
+    assert rf.hypergradient_columns(grads) == ("hyperparameter", "hypergradient")
+    fig = rf.overlay_hypergradient_figure({1: grads, 2: pd.DataFrame()}, LABELS)
+    assert [list(t.y) for t in fig.data] == [[0.5, 0.25], [-1.0]]
+    assert [a.text for a in fig.layout.annotations] == ["dL_val/dlearning_rate", "dL_val/dbeta_1"]
+    empty = rf.overlay_hypergradient_figure({1: pd.DataFrame({"x": [1]})}, LABELS)
+    assert not empty.data and empty.layout.annotations[0].text == "waiting for data..."

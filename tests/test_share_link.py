@@ -1,0 +1,44 @@
+"""The Train page's setup lives in the URL: a shared link fills the Setup; the Setup updates it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+PAGE = str(Path(__file__).resolve().parents[1] / "views" / "train.py")
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+
+
+def test_link_fills_the_setup_and_setup_writes_the_link():
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params.update({"optimizer": "sgd", "hp.learning_rate": "0.05",
+                            "hp.momentum": "0.9", "opt.nesterov": "true", "dataset": "moons",
+                            "model": "logistic", "steps": "321", "seed": "7"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="optimizer").value == "sgd"
+    assert at.number_input(key="hp_sgd_learning_rate").value == pytest.approx(0.05)
+    assert at.slider(key="hp_sgd_momentum").value == pytest.approx(0.9)
+    assert at.checkbox(key="opt_sgd_nesterov").value is True
+    assert (at.selectbox(key="dataset").value, at.selectbox(key="model").value) == (
+        "moons", "logistic")
+    assert (at.number_input(key="steps").value, at.number_input(key="seed").value) == (321, 7)
+    at.number_input(key="seed").set_value(8).run()
+    assert at.query_params["seed"] == "8"
+    assert at.query_params["hp.learning_rate"] == "0.05"
+
+
+def test_bad_link_is_ignored_with_a_message_naming_the_parameter():
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params.update({"optimizer": "adam", "hp.beta_1": "2"})
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="optimizer").value == "adam"
+    assert at.slider(key="hp_adam_beta_1").value == pytest.approx(0.9)
+    assert any("shared link ignored: hp.beta_1" in e.value for e in at.error)

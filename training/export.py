@@ -1,0 +1,265 @@
+"""Export one run of the store: config JSON, metric tables (CSV + Parquet), TensorBoard events, zip.
+
+Layout written by `export_run(store, run_id, out_dir)` (`<out>` = `out_dir/run-<id>`):
+
+* `<out>/config.json`: `export_config(run)`: format tag, the `RunConfig`, the optimizer's
+  registry name, class name and `get_config()`, dataset, model, batch size, steps, seed, device,
+  library versions. `training.config_io.parse_config` reads it back into the same `RunConfig`.
+* `<out>/metrics.csv|.parquet`: the wide table, one row per recorded step (step 0 = before
+  training), one column per scalar (`train_loss`, `val_loss`, `val_accuracy`, ...) and one
+  `hyper/<name>` column per hyperparameter holding the value in effect at that step.
+* `<out>/scalars|slot_stats|hyper_changes|histograms.csv|.parquet`: the long tables as stored
+  (histogram `counts` are a JSON list in the CSV, a list column in Parquet).
+* `<out>/tensorboard/run-<id>-<optimizer>/events.out.tfevents...`: written with
+  `tf.summary.create_file_writer`: scalar `metrics/<name>` for every scalar, `hyper/<name>` for
+  every hyperparameter (its step function sampled at every recorded step and every change),
+  `slots/<variable>/<slot>/<norm|mean|std>`, histogram `hist/<variable>/<slot>` for every
+  stored (variable, slot) snapshot (the stored equal-width buckets written as they are, with the
+  histogram plugin's metadata), and the config as text `config`.
+  `tensorboard --logdir <out_dir>` shows every exported run side by side.
+* `<out_dir>/run-<id>.zip`: all of the above.
+
+Never imports Streamlit; imports TensorFlow only inside `write_tensorboard`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from optimizers import registry
+from training.store import RunStore
+
+FORMAT = "optimizer-lab/run-config"
+FORMAT_VERSION = 1
+SCALAR_ORDER = ("train_loss", "val_loss", "val_accuracy")  # first in the wide table, in this order
+TABLES = ("scalars", "slot_stats", "hyper_changes", "histograms")
+
+
+@dataclass(frozen=True)
+class ExportPaths:
+    """Where `export_run` wrote a run (all absolute paths)."""
+
+    directory: Path  # <out_dir>/run-<id>
+    config: Path  # config.json
+    tables: dict[str, Path]  # "metrics", "scalars", ... -> the .csv (a .parquet sits beside it)
+    logdir: Path  # the TensorBoard run directory holding the event file
+    zip: Path  # <out_dir>/run-<id>.zip
+
+
+def export_config(run: dict[str, Any]) -> dict[str, Any]:
+    """The config document of a run (`store.run(id)`), JSON-ready.
+
+    Keys: `format`, `format_version`, `run_id`, `name`, `run_config` (the `RunConfig` dict, the
+    part an import uses), `optimizer` {`name`, `class_name`, `config` = `get_config()`},
+    `dataset`, `model`, `batch_size`, `steps`, `seed`, `device`, `versions`, `status`,
+    `exported` (Unix seconds).
+    """
+    config = run["config"]
+    name = config["optimizer"]
+    try:
+        class_name = registry.get(name).__name__
+    except KeyError:
+        class_name = ""
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "run_id": int(run["id"]),
+        "name": run.get("name", ""),
+        "run_config": config,
+        "optimizer": {"name": name, "class_name": class_name,
+                      "config": run.get("optimizer_config") or {}},
+        "dataset": config["dataset"],
+        "model": config["model"],
+        "batch_size": config.get("batch_size"),
+        "steps": config["steps"],
+        "seed": config["seed"],
+        "device": run.get("device", ""),
+        "versions": run.get("versions") or {},
+        "status": run.get("status", ""),
+        "exported": time.time(),
+    }
+
+
+def hyper_values_at(changes: pd.DataFrame, steps: Any) -> pd.DataFrame:
+    """The value of every hyperparameter in effect at each of `steps` (a step-function lookup).
+
+    Args:
+        changes: `step, name, new` rows (`store.hyper_changes`); a row at step s takes effect
+            at step s. Steps before a hyperparameter's first row take its first value.
+        steps: 1-D int steps (any order).
+
+    Returns:
+        DataFrame indexed by `steps`, one float column `hyper/<name>` per hyperparameter.
+    """
+    steps = np.asarray(list(steps), dtype=np.int64)
+    out = pd.DataFrame(index=pd.Index(steps, name="step"))
+    if changes is None or changes.empty:
+        return out
+    for name, rows in changes.groupby("name", sort=False):
+        at = rows["step"].to_numpy(dtype=np.int64)
+        values = rows["new"].to_numpy(dtype=float)
+        # the last change with change.step <= step (stable: later rows at one step win)
+        index = np.searchsorted(at, steps, side="right") - 1
+        out[f"hyper/{name}"] = values[np.clip(index, 0, len(values) - 1)]
+    return out
+
+
+def wide_metrics(scalars: pd.DataFrame, changes: pd.DataFrame) -> pd.DataFrame:
+    """One row per recorded step: the scalars as columns plus `hyper/<name>` columns.
+
+    Args:
+        scalars: `step, name, value` long table.
+        changes: `step, name, new` hyperparameter changes.
+
+    Returns:
+        DataFrame with a `step` column (ascending, unique), then `SCALAR_ORDER`, then other
+        scalars in order of first appearance, then `hyper/<name>`; NaN where a scalar was not
+        recorded at a step.
+    """
+    if scalars.empty:
+        return pd.DataFrame({"step": pd.Series([], dtype="int64")})
+    seen = list(dict.fromkeys(scalars["name"]))
+    names = [n for n in SCALAR_ORDER if n in seen] + [n for n in seen if n not in SCALAR_ORDER]
+    wide = scalars.pivot_table(index="step", columns="name", values="value", aggfunc="last")
+    wide = wide.reindex(columns=names).sort_index()
+    wide.columns.name = None
+    wide = wide.join(hyper_values_at(changes, wide.index))
+    return wide.reset_index().astype({"step": "int64"})
+
+
+def _write_table(frame: pd.DataFrame, path: Path) -> Path:
+    csv = path.with_suffix(".csv")
+    flat = frame.copy()
+    if "counts" in flat:
+        flat["counts"] = flat["counts"].map(json.dumps)
+    flat.to_csv(csv, index=False)
+    frame.to_parquet(path.with_suffix(".parquet"), index=False)
+    return csv
+
+
+def all_histograms(store: RunStore, run_id: int, stats: pd.DataFrame) -> pd.DataFrame:
+    """Every histogram row of a run: `step, variable, slot, lo, hi, counts` (counts as lists)."""
+    frames = []
+    for variable, slot in dict.fromkeys(zip(stats["variable"], stats["slot"])):
+        frame = store.histograms(run_id, variable, slot)
+        if not frame.empty:
+            frame.insert(1, "variable", variable)
+            frame.insert(2, "slot", slot)
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["step", "variable", "slot", "lo", "hi", "counts"])
+    return pd.concat(frames, ignore_index=True).sort_values(["step", "variable", "slot"],
+                                                            kind="stable", ignore_index=True)
+
+
+def histogram_buckets(lo: float, hi: float, counts: list[int] | np.ndarray) -> np.ndarray:
+    """TensorBoard buckets `[k, 3]` = (left edge, right edge, count) of one stored histogram.
+
+    The stored histogram has `len(counts)` equal-width bins between `lo` and `hi`; a flat
+    snapshot (`lo == hi`) becomes one bucket `[lo, hi, total]` (TensorBoard's own convention for
+    a constant tensor).
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    if not hi > lo:
+        return np.array([[lo, hi, counts.sum()]], dtype=np.float64)
+    edges = np.linspace(lo, hi, len(counts) + 1)
+    return np.column_stack([edges[:-1], edges[1:], counts])
+
+
+def _tag(*parts: str) -> str:
+    return "/".join(p.replace(" ", "_") for p in parts)
+
+
+def write_tensorboard(
+    logdir: Path, config: dict[str, Any], scalars: pd.DataFrame, changes: pd.DataFrame,
+    stats: pd.DataFrame, histograms: pd.DataFrame,
+) -> Path:
+    """Write one run's TensorBoard event file into `logdir` (created); returns `logdir`.
+
+    Tags: see the module docstring. Histograms are written as TensorBoard histogram-plugin
+    tensors `[k, 3]` (left, right, count), exactly the stored buckets.
+    """
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tensorflow as tf
+    from tensorboard.plugins.histogram import metadata as histogram_metadata
+
+    logdir.mkdir(parents=True, exist_ok=True)
+    writer = tf.summary.create_file_writer(str(logdir))
+    with writer.as_default():
+        tf.summary.text("config", json.dumps(config, indent=2), step=0)
+        for name, rows in scalars.groupby("name", sort=False):
+            for step, value in zip(rows["step"], rows["value"]):
+                tf.summary.scalar(_tag("metrics", name), float(value), step=int(step))
+        hyper_steps = sorted(set(scalars["step"]) | set(changes["step"]))
+        hypers = hyper_values_at(changes, hyper_steps if not changes.empty else [])
+        for column in hypers.columns:
+            for step, value in zip(hypers.index, hypers[column]):
+                tf.summary.scalar(column, float(value), step=int(step))
+        for (variable, slot), rows in stats.groupby(["variable", "slot"], sort=False):
+            for column in ("norm", "mean", "std"):
+                tag = _tag("slots", variable, slot, column)
+                for step, value in zip(rows["step"], rows[column]):
+                    tf.summary.scalar(tag, float(value), step=int(step))
+        for (variable, slot), rows in histograms.groupby(["variable", "slot"], sort=False):
+            tag = _tag("hist", variable, slot)
+            meta = histogram_metadata.create_summary_metadata(
+                display_name=f"{slot} of {variable}", description="stored run-store histogram")
+            for step, lo, hi, counts in zip(rows["step"], rows["lo"], rows["hi"], rows["counts"]):
+                tf.summary.write(tag, tf.constant(histogram_buckets(lo, hi, counts)),
+                                 step=int(step), metadata=meta)
+    writer.flush()
+    writer.close()
+    return logdir
+
+
+def export_run(store: RunStore, run_id: int, out_dir: str | os.PathLike,
+               tensorboard: bool = True) -> ExportPaths:
+    """Export run `run_id` into `out_dir/run-<id>` and zip it to `out_dir/run-<id>.zip`.
+
+    An earlier export of the same run in `out_dir` is replaced (its TensorBoard run directory
+    too, so `tensorboard --logdir out_dir` shows one curve per run).
+
+    Raises:
+        KeyError: no run `run_id` in the store.
+    """
+    run = store.run(run_id)
+    out_dir = Path(out_dir).resolve()
+    directory = out_dir / f"run-{run_id}"
+    if directory.exists():
+        import shutil
+
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    document = export_config(run)
+    config_path = directory / "config.json"
+    config_path.write_text(json.dumps(document, indent=2, sort_keys=False))
+
+    scalars = store.scalars(run_id)
+    changes = store.hyper_changes(run_id)
+    stats = store.slot_stats(run_id)
+    histograms = all_histograms(store, run_id, stats)
+    tables = {
+        "metrics": _write_table(wide_metrics(scalars, changes), directory / "metrics"),
+        "scalars": _write_table(scalars, directory / "scalars"),
+        "slot_stats": _write_table(stats, directory / "slot_stats"),
+        "hyper_changes": _write_table(changes, directory / "hyper_changes"),
+        "histograms": _write_table(histograms, directory / "histograms"),
+    }
+    logdir = directory / "tensorboard" / f"run-{run_id}-{run['config']['optimizer']}"
+    if tensorboard:
+        write_tensorboard(logdir, document, scalars, changes, stats, histograms)
+    zip_path = out_dir / f"run-{run_id}.zip"
+    with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                archive.write(path, path.relative_to(out_dir).as_posix())
+    return ExportPaths(directory, config_path, tables, logdir, zip_path)

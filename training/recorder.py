@@ -1,0 +1,168 @@
+"""What a run records and when, with bounded storage, plus the in-graph statistics.
+
+Decimation (`should_record(step)`, steps are 1-based):
+
+| steps              | stride | rows per series in that range |
+|--------------------|--------|-------------------------------|
+| 1 .. 1,000         | 1      | 1,000                         |
+| 1,001 .. 10,000    | 10     | 900                           |
+| 10,001 .. 100,000  | 100    | 900                           |
+| beyond 100,000     | 1,000  | (N - 100,000) / 1,000         |
+
+so a series of N steps has at most `record_bound(N)` rows (formula there; the `+ 1` is the last
+step, always recorded): 2,901 for 200,000 steps, 3,701 for the 1,000,000-step maximum, i.e.
+about 900 rows per decade of steps (O(log N)) up to 100,000 steps, then one row per 1,000 steps.
+Histograms are recorded every `HISTOGRAM_FACTOR` (20) strides (`should_histogram`) and at step 1.
+
+`train_loss` is written as the MEAN of the per-step losses since the previously recorded step
+(`LossMeter`), so a spike between two recorded steps still moves the curve.
+
+In-graph statistics (called inside the compiled train step, no host transfer per variable):
+
+* `slot_series(variables, optimizer)`: the Python list of `(variable_label, slot)` in the order
+  of the rows of the packed tensors: for every variable its slots
+  (`optimizer.slot_names_for_rule()`) then `update`.
+* `packed_stats(variables, optimizer, before)`: float32 [n_series, 3] = (L2 norm, mean, std).
+  `update` is `var_before - var_after`, the effective per-parameter step (for Adam
+  `lr_t * m / (sqrt(v) + eps)`).
+* `packed_histograms(...)`: float32 [n_series, 2 + BINS] = (lo, hi, counts...) with
+  `tf.histogram_fixed_width` over [lo, hi]; when lo == hi every element falls in bin 0. Counts
+  are exact integers in float32 up to 2**24 elements per tensor.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from typing import Sequence  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
+
+from training.models import variable_label  # noqa: E402
+
+BINS = 32
+HISTOGRAM_FACTOR = 20
+STAT_COLUMNS = ("norm", "mean", "std")
+
+
+def stride(step: int) -> int:
+    """Recording stride in effect at 1-based `step` (1, 10, 100 or 1,000)."""
+    if step <= 1_000:
+        return 1
+    if step <= 10_000:
+        return 10
+    if step <= 100_000:
+        return 100
+    return 1_000
+
+
+def should_record(step: int) -> bool:
+    """True when scalars and slot statistics are recorded at 1-based `step` (see the table)."""
+    return step % stride(step) == 0 or step == 1
+
+
+def should_histogram(step: int) -> bool:
+    """True when histograms are recorded at `step`: every 20 strides, and at step 1."""
+    return step == 1 or step % (HISTOGRAM_FACTOR * stride(step)) == 0
+
+
+def record_bound(steps: int) -> int:
+    """Upper bound on the rows one series gets in a run of `steps` steps (last step included).
+
+    `min(N, 1000) + [N > 1000] (min(N, 10^4) // 10 - 100) + [N > 10^4] (min(N, 10^5) // 100 - 100)
+    + [N > 10^5] (N // 1000 - 100) + 1`; e.g. 2,901 for 200,000 steps, 3,701 for 1,000,000.
+    """
+    rows = min(steps, 1_000)
+    if steps > 1_000:
+        rows += min(steps, 10_000) // 10 - 100
+    if steps > 10_000:
+        rows += min(steps, 100_000) // 100 - 100
+    if steps > 100_000:
+        rows += steps // 1_000 - 100
+    return rows + 1
+
+
+class LossMeter:
+    """Running mean of the per-step losses since the last `take()`."""
+
+    def __init__(self) -> None:
+        self.total, self.count = 0.0, 0
+
+    def add(self, loss: float) -> None:
+        self.total += float(loss)
+        self.count += 1
+
+    def take(self) -> float:
+        """The mean since the previous `take()` (NaN when nothing was added); resets."""
+        mean = self.total / self.count if self.count else float("nan")
+        self.total, self.count = 0.0, 0
+        return mean
+
+
+def slot_series(variables: Sequence[tf.Variable], optimizer) -> list[tuple[str, str]]:
+    """Labels of the packed rows: `(variable_label, slot)` for each variable, slots then update."""
+    slots = tuple(optimizer.slot_names_for_rule()) + ("update",)
+    return [(variable_label(var), slot) for var in variables for slot in slots]
+
+
+def _series_tensors(variables, optimizer, before) -> list[tf.Tensor]:
+    out = []
+    for var, old in zip(variables, before):
+        for slot in optimizer.slot_names_for_rule():
+            out.append(optimizer.get_slot(var, slot).read_value())
+        out.append(old - var.read_value())
+    return out
+
+
+def tensor_stats(tensor: tf.Tensor) -> tf.Tensor:
+    """float32 [3] = (L2 norm, mean, std) of all elements of `tensor` (population std)."""
+    x = tf.cast(tf.reshape(tensor, [-1]), tf.float32)
+    mean = tf.reduce_mean(x)
+    centred = x - mean  # two-pass std: accurate when |mean| >> std
+    return tf.stack([tf.sqrt(tf.reduce_sum(x * x)), mean,
+                     tf.sqrt(tf.reduce_mean(centred * centred))])
+
+
+def tensor_histogram(tensor: tf.Tensor, bins: int = BINS) -> tf.Tensor:
+    """float32 [2 + bins] = (lo, hi, counts) over [min, max]; lo == hi puts everything in bin 0."""
+    x = tf.cast(tf.reshape(tensor, [-1]), tf.float32)
+    lo, hi = tf.reduce_min(x), tf.reduce_max(x)
+    width = tf.where(hi > lo, hi - lo, 1.0)
+    # Same bins as tf.histogram_fixed_width (the last bin closed), written with ops XLA
+    # compiles: HistogramFixedWidth has no XLA kernel and the train step is jit-compiled.
+    index = tf.clip_by_value(tf.cast(tf.floor((x - lo) / width * bins), tf.int32), 0, bins - 1)
+    counts = tf.math.unsorted_segment_sum(tf.ones_like(x), index, bins)
+    return tf.concat([tf.stack([lo, hi]), counts], axis=0)
+
+
+def packed_stats(variables, optimizer, before) -> tf.Tensor:
+    """float32 [n_series, 3] statistics of every series of `slot_series` (call after the step).
+
+    Args:
+        variables: the trainable variables, in the order of `slot_series`.
+        optimizer: a `RuleOptimizer` whose slots exist (after a step or `_create_all_weights`).
+        before: the variables' values before the step (tensors, same order and shapes).
+    """
+    return tf.stack([tensor_stats(t) for t in _series_tensors(variables, optimizer, before)])
+
+
+def packed_histograms(variables, optimizer, before, bins: int = BINS) -> tf.Tensor:
+    """float32 [n_series, 2 + bins] histograms of every series of `slot_series` (see above)."""
+    return tf.stack(
+        [tensor_histogram(t, bins) for t in _series_tensors(variables, optimizer, before)]
+    )
+
+
+def stats_rows(step: int, series: Sequence[tuple[str, str]], stats) -> list[tuple]:
+    """Store rows `(step, variable, slot, norm, mean, std)` from a [n_series, 3] array."""
+    return [(step, v, s, float(r[0]), float(r[1]), float(r[2])) for (v, s), r in zip(series, stats)]
+
+
+def histogram_rows(step: int, series: Sequence[tuple[str, str]], hists) -> list[tuple]:
+    """Store rows `(step, variable, slot, lo, hi, counts)` from a [n_series, 2 + BINS] array."""
+    return [
+        (step, v, s, float(r[0]), float(r[1]), [int(c) for c in r[2:]])
+        for (v, s), r in zip(series, hists)
+    ]

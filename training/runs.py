@@ -1,0 +1,202 @@
+"""Starting and steering runs: what the pages and the CLI call. Never imports TensorFlow itself
+(it imports `training.config`, whose optimizer registry does).
+
+A run is a separate process (`python -m training.worker`) started with `start_run`; everything
+else goes through the run store: `set_hyper`, `pause`, `resume`, `stop` queue commands the
+process polls about every 0.1 s, and the `wait_for_*` helpers poll the store.
+
+Worker logs go to `<store directory>/logs/run-<id>.log` (the store directory is the data
+directory `OPTIMIZER_LAB_HOME` for the default store).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from optimizers import registry
+from training.config import RunConfig
+from training.store import ACTIVE_STATUSES, FINAL_STATUSES, RunStore
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+POLL_S = 0.05
+# Popen objects of the run processes started by this process, reaped on every call.
+_PROCESSES: dict[int, subprocess.Popen] = {}
+
+
+def reap() -> list[int]:
+    """Collect finished child run processes (no zombies); returns the run ids reaped."""
+    done = [run_id for run_id, proc in _PROCESSES.items() if proc.poll() is not None]
+    for run_id in done:
+        _PROCESSES.pop(run_id)
+    return done
+
+
+def log_path(store: RunStore, run_id: int) -> Path:
+    """`<store dir>/logs/run-<id>.log`, the worker's stdout and stderr."""
+    return store.path.parent / "logs" / f"run-{run_id}.log"
+
+
+def start_run(config: RunConfig, store: RunStore, name: str = "") -> int:
+    """Create the run in the store and start its worker process; returns the run id.
+
+    The process runs `python -m training.worker --store <path> --run-id <id>` in the project
+    root with `TF_USE_LEGACY_KERAS=1`, in its own session (it survives a Streamlit rerun), its
+    output appended to `log_path(store, id)`.
+    """
+    reap()
+    run_id = store.create_run(config.to_json_dict(), name=name)
+    path = log_path(store, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    python_path = os.pathsep.join(
+        [str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=python_path)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with open(path, "ab") as log:
+        _PROCESSES[run_id] = subprocess.Popen(
+            [sys.executable, "-m", "training.worker", "--store", str(store.path),
+             "--run-id", str(run_id)],
+            cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    store.update_run(run_id, pid=_PROCESSES[run_id].pid)
+    return run_id
+
+
+def _active_run(store: RunStore, run_id: int) -> dict[str, Any]:
+    run = store.run(run_id)
+    if run["status"] not in ACTIVE_STATUSES:
+        raise ValueError(
+            f"run_id={run_id} refused: the run is {run['status']}; commands need a run that is "
+            f"{', '.join(ACTIVE_STATUSES)}"
+        )
+    return run
+
+
+def set_hyper(store: RunStore, run_id: int, name: str, value: Any, source: str = "user") -> int:
+    """Queue a live hyperparameter change; returns the command id (see `wait_for_command`).
+
+    Raises:
+        InvalidHyperparameter: `value` is refused by the optimizer's spec (checked here first).
+        KeyError: the run's optimizer has no hyperparameter `name`.
+        ValueError: the run is not active.
+    """
+    reap()
+    run = _active_run(store, run_id)
+    config = run["config"]
+    specs = {s.name: s for s in registry.specs(config["optimizer"], config.get("options"))}
+    if name not in specs:
+        raise KeyError(
+            f"hyperparameter {name!r} refused: {config['optimizer']} has {', '.join(specs)}"
+        )
+    checked = specs[name].validate(value)
+    return store.send_command(run_id, "set_hyper", {"name": name, "value": checked,
+                                                    "source": source})
+
+
+def pause(store: RunStore, run_id: int) -> int:
+    """Queue `pause`; returns the command id. Raises ValueError when the run is not active."""
+    reap()
+    _active_run(store, run_id)
+    return store.send_command(run_id, "pause")
+
+
+def resume(store: RunStore, run_id: int) -> int:
+    """Queue `resume`; returns the command id. Raises ValueError when the run is not active."""
+    reap()
+    _active_run(store, run_id)
+    return store.send_command(run_id, "resume")
+
+
+def stop(store: RunStore, run_id: int) -> int:
+    """Queue `stop`; returns the command id. Raises ValueError when the run is not active."""
+    reap()
+    _active_run(store, run_id)
+    return store.send_command(run_id, "stop")
+
+
+def command(store: RunStore, command_id: int) -> dict[str, Any]:
+    """One command row: `id, run_id, kind, payload, status, message, step`.
+
+    Raises:
+        KeyError: no such command.
+    """
+    with store._connect() as con:
+        row = con.execute(
+            "SELECT id, run_id, kind, payload, status, message, step FROM commands WHERE id = ?",
+            (command_id,),
+        ).fetchone()
+    if row is None:
+        raise KeyError(f"command {command_id} is not in the store {store.path}")
+    keys = ("id", "run_id", "kind", "payload", "status", "message", "step")
+    return dict(zip(keys, row))
+
+
+def wait_for_command(store: RunStore, command_id: int, timeout_s: float = 30.0) -> dict[str, Any]:
+    """Wait until a command is `done` or `refused`; returns its row (see `command`).
+
+    Raises:
+        TimeoutError: still pending after `timeout_s` seconds.
+        RuntimeError: the run ended while the command was pending.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reap()
+        row = command(store, command_id)
+        if row["status"] != "pending":
+            return row
+        status = store.run(row["run_id"])["status"]
+        if status in FINAL_STATUSES:
+            raise RuntimeError(f"run {row['run_id']} is {status}; command {command_id} pending")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"command {command_id} still pending after {timeout_s} s")
+        time.sleep(POLL_S)
+
+
+def wait_for_status(store: RunStore, run_id: int, statuses: Iterable[str] | str,
+                    timeout_s: float = 60.0) -> dict[str, Any]:
+    """Wait until the run's status is one of `statuses`; returns the run (`store.run`).
+
+    Raises:
+        TimeoutError: not reached after `timeout_s` seconds (message gives the status).
+    """
+    wanted = (statuses,) if isinstance(statuses, str) else tuple(statuses)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reap()
+        run = store.run(run_id)
+        if run["status"] in wanted:
+            return run
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} is {run['status']} ({run['message']}) after "
+                               f"{timeout_s} s; waited for {', '.join(wanted)}")
+        time.sleep(POLL_S)
+
+
+def wait_for_step(
+    store: RunStore, run_id: int, step: int, timeout_s: float = 60.0
+) -> dict[str, Any]:
+    """Wait until the run has reached `step` (its `runs.step`); returns the run.
+
+    Raises:
+        TimeoutError: not reached in time.
+        RuntimeError: the run ended before reaching `step`.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reap()
+        run = store.run(run_id)
+        if run["step"] >= step:
+            return run
+        if run["status"] in FINAL_STATUSES:
+            raise RuntimeError(f"run {run_id} ended ({run['status']}: {run['message']}) at "
+                               f"step {run['step']} before step {step}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"run {run_id} at step {run['step']} after {timeout_s} s; "
+                               f"waited for step {step}")
+        time.sleep(POLL_S)

@@ -1,0 +1,346 @@
+"""The run process: `python -m training.worker --store PATH --run-id N`.
+
+Reads the run's `RunConfig` from the store, trains, and writes everything back to the store;
+the pages only ever talk to it through the store (records out, commands in). `train()` is the
+whole loop and can be driven in-process (tests, benchmarks); `main(argv)` is the CLI.
+
+Per step (1-based `step`): one compiled train step; the loss joins a running mean; on
+`recorder.should_record(step)` steps (and the last) the mean train loss and the packed slot
+statistics are buffered, on `recorder.should_histogram(step)` steps the histograms;
+`val_loss` / `val_accuracy` every `eval_every` steps, at the last step and at step 0 (before
+training). Buffers are flushed with ONE `store.append` about every `FLUSH_EVERY_S` (which also
+refreshes the heartbeat). Commands are polled about every `POLL_EVERY_S`:
+
+* `set_hyper {name, value[, source]}`: validated by the optimizer's spec; if accepted the
+  existing hyper variable is assigned (no retrace), a `hyper_changes` row is written at the
+  next step (the first step that uses the new value) and the command is `done` at that step;
+  otherwise it is `refused` with the validation message and training goes on unchanged.
+* `pause` / `resume` / `stop`. While paused the process keeps polling and beats at least
+  every `HEARTBEAT_S`.
+
+Ends: `finished`; `stopped` (command, SIGTERM or `max_wall_s`); `diverged` (non-finite loss,
+validation loss or slot statistic; message names the step and the quantity; the records
+before stay); `failed` (exception; message, then re-raised / exit code 1).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import queue  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Callable  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from optimizers.hyperparams import InvalidHyperparameter  # noqa: E402
+from training import recorder  # noqa: E402
+from optimizers import plugins  # noqa: E402
+from training.config import RunConfig  # noqa: E402
+from training.store import RunStore  # noqa: E402
+
+FLUSH_EVERY_S = 0.25
+POLL_EVERY_S = 0.1
+HEARTBEAT_S = 1.0
+
+
+class _Diverged(Exception):
+    pass
+
+
+def versions() -> dict[str, str]:
+    """Versions of tensorflow, tf_keras, numpy and python."""
+    import tensorflow as tf
+    import tf_keras
+
+    return {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
+            "numpy": np.__version__, "python": platform.python_version()}
+
+
+class _Run:
+    """State of one run loop (see the module docstring)."""
+
+    def __init__(self, run_id: int, store: RunStore, engine, total: int, eval_every: int,
+                 record: Callable[[int], bool], histogram: Callable[[int], bool]):
+        self.run_id, self.store, self.engine = run_id, store, engine
+        self.total, self.eval_every = total, eval_every
+        self.record, self.histogram = record, histogram
+        self.step = 0
+        self.meter = recorder.LossMeter()
+        self.buffers: dict[str, list] = {k: [] for k in ("scalars", "slot_stats", "histograms",
+                                                         "hyper_changes")}
+        self.paused = self.stop_requested = False
+        self.stop_message = ""
+        self.last_flush = self.last_poll = time.monotonic()
+        self.saved_traces = -1
+        # Record batches are written by a writer thread (SQLite releases the GIL), so the
+        # training thread does not wait for the disk; `flush(wait=True)` drains the queue.
+        self._queue: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self._writer = threading.Thread(target=self._write_loop, name="store-writer",
+                                        daemon=True)
+        self._writer.start()
+
+    # ----- store ------------------------------------------------------------------------
+    def _write_loop(self) -> None:
+        while True:
+            batch = self._queue.get()
+            try:
+                if batch is None:
+                    return
+                if self._error is None:
+                    self.store.append(self.run_id, **batch)
+            except BaseException as error:  # noqa: BLE001 - re-raised by the next flush
+                self._error = error
+            finally:
+                self._queue.task_done()
+
+    def flush(self, wait: bool = False) -> None:
+        """Hand the buffered records (one `store.append`) to the writer; `wait` drains it."""
+        if self._error is not None:
+            raise self._error
+        self._queue.put({**self.buffers, "step": self.step})
+        self.buffers = {k: [] for k in self.buffers}
+        if self.engine.traces != self.saved_traces:
+            self.saved_traces = self.engine.traces
+            self.store.update_run(self.run_id, traces=self.engine.traces)
+        self.last_flush = time.monotonic()
+        if wait:
+            self._queue.join()
+            if self._error is not None:
+                raise self._error
+
+    def close(self) -> None:
+        """Drain and end the writer thread."""
+        self._queue.put(None)
+        self._writer.join(timeout=60)
+
+    def save_optimizer(self) -> None:
+        opt = self.engine.optimizer
+        self.store.update_run(self.run_id, optimizer_config=_jsonable(opt.get_config()),
+                              hyper_variables=self.engine.hyper_variables())
+
+    # ----- commands -----------------------------------------------------------------------
+    def poll(self) -> None:
+        self.last_poll = time.monotonic()
+        for command in self.store.pending_commands(self.run_id):
+            self.handle(command)
+
+    def handle(self, command: dict[str, Any]) -> None:
+        cid, kind, payload = command["id"], command["kind"], command["payload"]
+        next_step = self.step + 1
+        if kind == "set_hyper":
+            opt = self.engine.optimizer
+            name = payload.get("name")
+            try:
+                value = opt.spec(name).validate(payload.get("value"))
+                old = opt.hyper_values()[name]
+                opt._set_hyper(name, value)
+            except (InvalidHyperparameter, KeyError) as error:
+                message = error.args[0] if isinstance(error, KeyError) else str(error)
+                self.store.finish_command(cid, "refused", message, next_step)
+                return
+            new = opt.hyper_values()[name]
+            self.buffers["hyper_changes"].append(
+                (next_step, name, old, new, payload.get("source", "user")))
+            self.flush(wait=True)  # the row is readable once the command reads `done`
+            self.save_optimizer()
+        elif kind == "pause":
+            self.paused = True
+            self.flush(wait=True)
+            self.store.set_status(self.run_id, "paused", f"paused before step {next_step}")
+        elif kind == "resume":
+            if self.paused:
+                self.paused = False
+                self.store.set_status(self.run_id, "running")
+        elif kind == "stop":
+            self.stop_requested = True
+            self.stop_message = f"stopped by the user after step {self.step}"
+        else:
+            self.store.finish_command(cid, "refused", f"unknown command kind={kind!r}")
+            return
+        self.store.finish_command(cid, "done", "", next_step)
+
+    def wait_while_paused(self) -> None:
+        beat = time.monotonic()
+        while self.paused and not self.stop_requested:
+            time.sleep(POLL_EVERY_S)
+            self.poll()
+            if time.monotonic() - beat >= HEARTBEAT_S:
+                self.store.append(self.run_id, step=self.step)
+                beat = time.monotonic()
+
+    # ----- training -------------------------------------------------------------------------
+    def evaluate(self, step: int) -> None:
+        loss, accuracy = self.engine.evaluate()
+        if not math.isfinite(loss):
+            raise _Diverged(f"diverged at step {step}: val_loss is not finite ({loss})")
+        self.buffers["scalars"] += [(step, "val_loss", loss), (step, "val_accuracy", accuracy)]
+
+    def one_step(self) -> None:
+        step = self.step + 1
+        hist = self.histogram(step) or step == self.total
+        record = hist or self.record(step) or step == self.total
+        loss, stats, hists = self.engine.step(record, hist)
+        loss = float(loss)
+        if not math.isfinite(loss):
+            raise _Diverged(f"diverged at step {step}: train_loss is not finite ({loss})")
+        self.meter.add(loss)
+        if record:
+            stats = stats.numpy()
+            bad = np.flatnonzero(~np.isfinite(stats).all(axis=1))
+            if bad.size:
+                variable, slot = self.engine.series[bad[0]]
+                norm, mean, std = stats[bad[0]].tolist()
+                raise _Diverged(f"diverged at step {step}: {slot} of {variable} is not finite "
+                                f"(norm={norm:.3g}, mean={mean:.3g}, std={std:.3g})")
+            self.buffers["scalars"].append((step, "train_loss", self.meter.take()))
+            self.buffers["slot_stats"] += recorder.stats_rows(step, self.engine.series, stats)
+            if hist:
+                self.buffers["histograms"] += recorder.histogram_rows(
+                    step, self.engine.series, hists.numpy())
+        self.step = step
+        if step % self.eval_every == 0 or step == self.total:
+            self.evaluate(step)
+        if step == 1:
+            self.flush()
+            self.save_optimizer()
+
+    def loop(self, max_wall_s: float | None) -> tuple[str, str]:
+        """Train to the end (or a stop); returns the final (status, message)."""
+        start = time.monotonic()
+        while self.step < self.total:
+            now = time.monotonic()
+            if now - self.last_poll >= POLL_EVERY_S:
+                self.poll()
+                self.wait_while_paused()
+            if self.stop_requested:
+                return "stopped", self.stop_message
+            if max_wall_s is not None and now - start > max_wall_s:
+                return "stopped", f"stopped after step {self.step}: max_wall_s={max_wall_s} reached"
+            self.one_step()
+            if time.monotonic() - self.last_flush >= FLUSH_EVERY_S:
+                self.flush()
+        return "finished", f"finished {self.total} steps"
+
+
+def _jsonable(value: Any) -> Any:
+    """`value` with NumPy scalars turned into Python numbers and unknown objects into repr."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    return repr(value)
+
+
+def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
+          full_recording: bool = False) -> str:
+    """Run `run_id` of `store` to its end in this process; returns the final status.
+
+    Args:
+        run_id: a run created with `store.create_run(config)` (status `starting`).
+        store: the run store.
+        max_wall_s: stop (status `stopped`) after this many seconds of training.
+        full_recording: record train loss and slot statistics at EVERY step (decimation off;
+            histograms every 20 steps) - for benchmarks.
+
+    Raises:
+        Exception: anything that made the run fail, after the run was marked `failed`.
+    """
+    from training.devices import choose_device, configure_gpus
+    from training.engine import Engine
+
+    run: _Run | None = None
+    try:
+        stored = store.run(run_id)["config"]
+        plugins.ensure_registered(stored.get("optimizer", ""))  # before validation names it
+        config = RunConfig(**stored)
+        configure_gpus()
+        device = choose_device(config.device)
+        engine = Engine(config, device)
+        store.update_run(run_id, device=device, versions=versions(), pid=os.getpid())
+        store.set_status(run_id, "running")
+        record = (lambda s: True) if full_recording else recorder.should_record
+        histogram = (lambda s: s % recorder.HISTOGRAM_FACTOR == 0 or s == 1) \
+            if full_recording else recorder.should_histogram
+        run = _Run(run_id, store, engine, config.steps, config.eval_every, record, histogram)
+        run.buffers["hyper_changes"] = [
+            (1, name, None, value, "init")
+            for name, value in engine.optimizer.hyper_values().items()
+        ]
+        run.evaluate(0)
+        run.flush()
+        run.save_optimizer()
+        _STOP_HOOK[0] = run
+        try:
+            status, message = run.loop(max_wall_s)
+        except _Diverged as diverged:
+            status, message = "diverged", str(diverged)
+        run.flush(wait=True)
+        for command in store.pending_commands(run_id):
+            store.finish_command(command["id"], "refused", f"the run {status} at step {run.step}")
+        store.set_status(run_id, status, message)
+        return status
+    except BaseException as error:
+        if run is not None:
+            try:
+                run.flush(wait=True)
+            except Exception:  # noqa: BLE001 - the original error matters more
+                pass
+        store.set_status(run_id, "failed", f"{type(error).__name__}: {error}"[:2000])
+        raise
+    finally:
+        _STOP_HOOK[0] = None
+        if run is not None:
+            run.close()
+
+
+_STOP_HOOK: list[_Run | None] = [None]
+
+
+def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
+    run = _STOP_HOOK[0]
+    if run is not None:
+        run.stop_requested = True
+        run.stop_message = f"stopped by signal {signum} after step {run.step}"
+    else:
+        raise SystemExit(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the process exit code (0 unless the run failed)."""
+    parser = argparse.ArgumentParser(description="Run one Optimizer Lab training run.")
+    parser.add_argument("--store", required=True, help="path of the run-store SQLite file")
+    parser.add_argument("--run-id", type=int, required=True)
+    parser.add_argument("--max-wall-s", type=float, default=None)
+    parser.add_argument("--full-recording", action="store_true",
+                        help="record every step (decimation off; for benchmarks)")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        train(args.run_id, RunStore(args.store), max_wall_s=args.max_wall_s,
+              full_recording=args.full_recording)
+    except Exception as error:  # noqa: BLE001 - reported in the store and on stderr
+        print(f"run {args.run_id} failed: {type(error).__name__}: {error}", file=sys.stderr)
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+"""Inside one step: step through `apply_gradients` of a real optimizer and see what each method did.
+
+Thin: `training.inspect_step.StepInspector` runs and records the step (eagerly, instrumented),
+`training.inspect_demos` runs the live demonstrations, `components.inspect_figures` draws.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from components import inspect_figures
+from components.plugin_loader import load_plugins
+from optimizers import registry
+
+EXPLAIN_SET_HYPER = """
+`_set_hyper(name, value)` stores a Python float in `self._hyper` until the first `apply_gradients`;
+`_create_hypers` then turns every entry into a `tf.Variable`, and later `_set_hyper` calls
+**assign** to that variable. A compiled step reads the variable, so it sees the new value with
+no retrace. A plain attribute (`self.t_cur = 5`) is a Python float: a `tf.function` reads it once,
+at trace time, and bakes it into the graph as a constant, so a later `self.t_cur = 5` is silently
+ignored (or, if you pass it as an argument, forces a retrace per value). If `t_cur` *was* a
+variable attribute, `self.t_cur = 5` replaces the variable object with an int: the traced graph
+keeps reading the old variable. One exception: `OptimizerV2.__setattr__` routes `self.name = v` to
+`_set_hyper` when `name` is already in `_hyper`, so `self.learning_rate = 0.1` is safe.
+"""
+EXPLAIN_EPSILON = """
+`_set_hyper` a value when it is numeric and someone may want to change it during training or
+differentiate with respect to it (learning rate, betas, momentum). A plain attribute is fine for
+settings fixed for the optimizer's life that change the *structure* of the computation (which
+slots exist: `amsgrad`, `centered`; which formula is traced: `nesterov`). Keras' own Adam keeps
+`epsilon` a plain attribute (read in `_prepare_local` with `tf.convert_to_tensor(self.epsilon)`):
+harmless while nobody changes it, but a change after tracing is ignored, as measured below.
+The lab's Adam registers it.
+"""
+EXPLAIN_ARGS = """
+`_resource_apply_dense(grad, var, apply_state)` receives, once per variable: `grad`, a dense
+`tf.Tensor` of the variable's shape and dtype (already aggregated across replicas and clipped);
+`var`, the `tf.Variable` itself (a resource handle: the method must *assign* to it and return the
+op); `apply_state`, the dict `{(device, dtype): coefficients}` that `_prepare` filled by calling
+`_prepare_local` once per (device, dtype). The base class only passes `apply_state` when the
+method's signature names it; otherwise `_fallback_apply_state` recomputes the coefficients per
+variable. Sparse gradients go to `_resource_apply_sparse(grad_rows, var, indices, apply_state)`
+after `_resource_apply_sparse_duplicate_indices` summed repeated rows. The table below is what
+the last step's calls actually received.
+"""
+EXPLAIN_NAMES = """
+The old `OptimizerV2` docstring says subclasses implement `resource_apply_dense`,
+`resource_apply_sparse` and `create_slots`. The code calls `_resource_apply_dense`,
+`_resource_apply_sparse`, `_create_slots` and `_prepare_local`: the docstring names the concept,
+the underscore marks them as hooks for subclasses, not methods for users. A subclass that defines
+the public names is never called (see the bad plugin's contract report), as this check of the
+base class shows:
+"""
+WHY_APPLY_GRADIENTS = """
+Every optimizer above only says how **one variable** changes (`_resource_apply_dense`), and the
+base class's `apply_gradients` does the rest. `Lookahead` must run a **whole other optimizer's**
+`apply_gradients` (its own `_prepare`, slots, `iterations`) and only then move the slow weights
+every k steps: a step *around* the base-class loop, not inside it, so it overrides
+`apply_gradients` itself. Pick `lookahead:adam` and step: the recorded calls show the outer
+`apply_gradients` creating the `slow` slots, then the inner optimizer's full call tree.
+"""
+
+
+def init_state() -> None:
+    defaults: dict[str, Any] = {"is_optimizer": "adam", "is_model": "dense", "is_demos": {}}
+    for key, value in defaults.items():
+        st.session_state.setdefault(key, value)
+
+
+def optimizer_choices() -> list[str]:
+    names = registry.names()
+    return names + [f"lookahead:{n}" for n in ("adam", "sgd")]
+
+
+def inspector():
+    """The session's `StepInspector` for the selected optimizer and model (rebuilt on change)."""
+    from training.inspect_step import StepInspector
+
+    state = st.session_state
+    wanted = (state["is_optimizer"], state["is_model"])
+    current = state.get("is_inspector")
+    if current is None or (current.name, current.model) != wanted:
+        state["is_inspector"] = StepInspector(*wanted)
+    return state["is_inspector"]
+
+
+def on_step() -> None:
+    inspector().step()
+
+
+def on_reset() -> None:
+    st.session_state.pop("is_inspector", None)
+
+
+def run_demo(name: str) -> None:
+    from training import inspect_demos
+
+    st.session_state["is_demos"][name] = getattr(inspect_demos, name)()
+
+
+def chart(fig, key: str) -> None:
+    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
+
+
+def coordinates_table(record, var_name: str, count: int = 6) -> pd.DataFrame:
+    """The first `count` coordinates of the gradient, the variable and each slot, before/after."""
+    def flat(a):
+        return np.asarray(a).ravel()[:count]
+
+    shape = record.var_before[var_name].shape
+    index = [str(tuple(int(j) for j in np.unravel_index(i, shape)))
+             for i in range(min(count, int(np.prod(shape))))]
+    columns = {"grad": flat(record.grads[var_name]),
+               "var before": flat(record.var_before[var_name]),
+               "var after": flat(record.var_after[var_name])}
+    for slot, after in record.slots_after[var_name].items():
+        before = record.slots_before[var_name].get(slot)
+        columns[f"{slot} before"] = flat(before) if before is not None else np.full(len(index), np.nan)
+        columns[f"{slot} after"] = flat(after)
+    return pd.DataFrame(columns, index=pd.Index(index, name="coordinate"))
+
+
+def hyper_comparison(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
+    """One row per hyperparameter: `_hyper` before and after the call, `_get_hyper`, serialized."""
+    def describe(row) -> str:
+        if row["stored_type"] == "float":
+            return f"float {row['stored_value']:.6g}"
+        return f"{row['stored_type']} {row['variable_name']} ({row['variable_dtype']}) = {row['stored_value']:.6g}"
+
+    b, a = before.set_index("name"), after.set_index("name")
+    return pd.DataFrame({
+        "name": list(a.index),
+        "_hyper before the call": [describe(b.loc[n]) if n in b.index else "" for n in a.index],
+        "_hyper after the call": [describe(a.loc[n]) for n in a.index],
+        "_get_hyper(name, float32)": [f"Tensor {a.loc[n, 'get_hyper_dtype']} {a.loc[n, 'get_hyper']:.6g}"
+                                      for n in a.index],
+        "_serialize_hyperparameter(name)": [f"{a.loc[n, 'serialized_type']} {np.float32(a.loc[n, 'serialized'])}"
+                                            for n in a.index],
+    })
+
+
+def call_table(calls: pd.DataFrame) -> pd.DataFrame:
+    out = calls.copy()
+    out["call"] = ["    " * d + ("inner." if o == "inner" else "") + m
+                   for d, o, m in zip(out["depth"], out["owner"], out["method"])]
+    return out[["order", "call", "detail"]]
+
+
+def record_view(ins, record) -> None:
+    st.subheader(f"Step {record.step}: loss {record.loss_before:.6f} -> {record.loss_after:.6f}")
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown("**Call order** (recorded from the real, eager call; indented = called by the line above)")
+        table = call_table(record.calls)
+        st.dataframe(table, hide_index=True, width="stretch", key="is_calls",
+                     height=36 * (len(table) + 1) + 4)
+    with right:
+        st.markdown("**`get_slot_names()`**")
+        st.markdown(f"before this call: `{record.slot_names_before}` · after: `{record.slot_names_after}`")
+        if not record.slot_names_before:
+            st.caption("Empty before the first call: slots are made by `_create_slots`, which runs "
+                       "inside the first `apply_gradients` (`_create_all_weights`). Later calls run "
+                       "`_create_slots` again but `add_slot` returns the existing variable.")
+        st.markdown("**`apply_state` from `_prepare_local`** (one entry per (device, dtype))")
+        for key, coeffs in record.apply_state.items():
+            st.caption(key)
+            st.dataframe(pd.DataFrame({"coefficient": list(coeffs), "value": list(coeffs.values())}),
+                         hide_index=True, width="stretch")
+    st.markdown("**Hyperparameters: `_hyper` vs `_get_hyper(name, tf.float32)` vs "
+                "`_serialize_hyperparameter(name)`**")
+    st.dataframe(hyper_comparison(record.hypers_before, record.hypers_after), hide_index=True,
+                 width="stretch", key="is_hypers")
+
+    variables = list(record.var_before)
+    var_name = st.selectbox("variable", variables, key="is_variable")
+    if var_name not in variables:
+        return
+    st.markdown(f"**What `_resource_apply_*` received for `{var_name}`**")
+    st.json(record.apply_args.get(var_name, {}), expanded=True)
+    st.dataframe(coordinates_table(record, var_name), width="stretch")
+    arrays = {"grad": record.grads[var_name], "var before": record.var_before[var_name],
+              "var after": record.var_after[var_name],
+              "var change": record.var_after[var_name] - record.var_before[var_name]}
+    chart(inspect_figures.heatmap_row(arrays, f"{var_name}: gradient and variable"), "is_heat_var")
+    slot_arrays = {}
+    for slot, after in record.slots_after[var_name].items():
+        slot_arrays[f"{slot} before"] = record.slots_before[var_name].get(slot, np.zeros_like(after))
+        slot_arrays[f"{slot} after"] = after
+    if slot_arrays:
+        chart(inspect_figures.heatmap_row(slot_arrays, f"{var_name}: slots"), "is_heat_slots")
+    if record.grad_rows[var_name] is not None:
+        st.markdown(f"**Sparse path**: the gradient is a `tf.IndexedSlices` on rows "
+                    f"`{record.grad_rows[var_name]}` (ids `[[0, 2], [2, 4]]`: row 2 twice, summed by "
+                    "`_resource_apply_sparse_duplicate_indices`). Only those rows of the variable and "
+                    "of every slot change; a dense update would decay every row's slots.")
+        st.dataframe(record.touched_rows(var_name), hide_index=True, width="stretch", key="is_rows")
+
+
+def sources_view(ins) -> None:
+    st.subheader("Source of each method (where it is defined)")
+    for row in ins.sources().itertuples():
+        label = (f"`{row.method}` — defined in `{row.defined_in}`" if row.overridden
+                 else f"`{row.method}` — inherited from `{row.defined_in}` (not overridden)")
+        with st.expander(label, expanded=False):
+            st.caption(row.module)
+            st.code(row.source, language="python")
+
+
+def questions_view() -> None:
+    from training import inspect_demos
+
+    demos = st.session_state["is_demos"]
+    st.subheader("Classic questions, with live demonstrations")
+    with st.expander("`self.t_cur = 5` vs `_set_hyper(\"t_cur\", 5)`", expanded=True):
+        st.markdown(EXPLAIN_SET_HYPER)
+        st.button("Run the demonstration (traces counted)", key="is_demo_setattr",
+                  on_click=run_demo, args=("attribute_vs_set_hyper",))
+        if "attribute_vs_set_hyper" in demos:
+            st.dataframe(demos["attribute_vs_set_hyper"], hide_index=True, width="stretch")
+    with st.expander("When `_set_hyper`, when a plain attribute (epsilon)"):
+        st.markdown(EXPLAIN_EPSILON)
+        st.button("Change epsilon after tracing, in both Adams", key="is_demo_epsilon",
+                  on_click=run_demo, args=("epsilon_plain_vs_set_hyper",))
+        if "epsilon_plain_vs_set_hyper" in demos:
+            st.dataframe(demos["epsilon_plain_vs_set_hyper"], hide_index=True, width="stretch")
+    with st.expander("What `_resource_apply_dense` receives"):
+        st.markdown(EXPLAIN_ARGS)
+    with st.expander("`resource_apply_dense` / `create_slots` in the docstring, underscores in the code"):
+        st.markdown(EXPLAIN_NAMES)
+        st.dataframe(inspect_demos.public_vs_underscore_names(), hide_index=True, width="stretch")
+    with st.expander("Why `Lookahead` overrides `apply_gradients` and the others don't"):
+        st.markdown(WHY_APPLY_GRADIENTS)
+
+
+def main() -> None:
+    load_plugins()
+    init_state()
+    st.title("Inside one step")
+    st.caption("A tiny model with fixed weights and batch; each **Step** runs one eager, "
+               "instrumented `optimizer.apply_gradients` and shows what every method produced.")
+    choices = optimizer_choices()
+    if st.session_state["is_optimizer"] not in choices:
+        st.session_state["is_optimizer"] = choices[0]
+    cols = st.columns([2, 2, 1, 1])
+    cols[0].selectbox("optimizer", choices, key="is_optimizer")
+    cols[1].radio("model", ["dense", "embedding"], key="is_model", horizontal=True,
+                  help="dense: Dense 4->3 (dense gradients); embedding: 6x3 table (sparse gradients)")
+    cols[2].button("Step", key="is_step", type="primary", on_click=on_step, width="stretch")
+    cols[3].button("Reset", key="is_reset", on_click=on_reset, width="stretch")
+    ins = inspector()
+    if not ins.records:
+        st.info("No step yet. `get_slot_names()` is `[]` and `_hyper` holds Python floats until the "
+                "first `apply_gradients`; press **Step**.")
+        st.dataframe(_hyper_now(ins), hide_index=True, width="stretch")
+    else:
+        record = ins.records[-1]
+        record_view(ins, record)
+    sources_view(ins)
+    questions_view()
+
+
+def _hyper_now(ins) -> pd.DataFrame:
+    from training.inspect_step import hyper_table
+
+    return hyper_table(ins.optimizer)
+
+
+main()

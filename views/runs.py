@@ -1,0 +1,273 @@
+"""The Runs page: every run of the store in one table; compare, rename, delete, export, import.
+
+Thin on purpose: the table and the figures come from the pure builders of
+`components.run_figures`, exports from `training.export`, imports from `training.config_io`,
+new runs from `training.runs.start_run`. No TensorFlow maths here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from components import run_figures as rf
+from training.config_io import MAX_BYTES, ConfigImportError, parse_config
+from training.store import ACTIVE_STATUSES, FINAL_STATUSES, RunStore, default_store_path
+
+STATUSES = ACTIVE_STATUSES + FINAL_STATUSES
+ORDER = ("id", "name", "optimizer", "learning_rate", "dataset", "model", "seed", "status", "step",
+         "total_steps", "val_loss", "val_accuracy", "created", "hyperparameters", "device")
+COLUMNS = {
+    "id": st.column_config.NumberColumn("run", format="#%d", width="small"),
+    "name": st.column_config.TextColumn("name"),
+    "hyperparameters": st.column_config.TextColumn("key hyperparameters", width="medium"),
+    "learning_rate": st.column_config.NumberColumn("lr", format="%.4g"),
+    "step": st.column_config.NumberColumn("step"),
+    "total_steps": st.column_config.NumberColumn("of"),
+    "val_loss": st.column_config.NumberColumn("final val loss", format="%.4f"),
+    "val_accuracy": st.column_config.NumberColumn("final val acc", format="%.3f"),
+    "created": st.column_config.DatetimeColumn("created (UTC)", format="YYYY-MM-DD HH:mm"),
+}
+
+
+def init_state() -> None:
+    """Every session-state entry of this page, with its default, in one place."""
+    defaults: dict[str, Any] = {
+        "compare_ids": [],  # runs overlaid in the charts
+        "table_ids": [],  # ids of the table's rows as drawn (maps a row selection to runs)
+        "runs_messages": [],  # (level, text) of the last rename / delete / import / export
+        "export_result": None,  # (run id, zip path, logdir) of the last export
+        "import_config": None,  # the RunConfig JSON of a validated upload
+    }
+    for key, value in defaults.items():
+        st.session_state.setdefault(key, value)
+
+
+@st.cache_resource(show_spinner=False)
+def _store(path: str) -> RunStore:
+    return RunStore(path)
+
+
+def store() -> RunStore:
+    """The run store of `$OPTIMIZER_LAB_HOME` (read per call, so tests can point it elsewhere)."""
+    return _store(str(default_store_path()))
+
+
+# ----- callbacks -----------------------------------------------------------------------------
+def on_table_select() -> None:
+    """Rows picked in the table become the compared runs."""
+    rows = st.session_state["runs_table"]["selection"]["rows"]
+    ids = st.session_state["table_ids"]
+    st.session_state["compare_ids"] = [ids[r] for r in rows if r < len(ids)]
+
+
+def on_rename(run_id: int) -> None:
+    name = st.session_state.get(f"rename_{run_id}", "")
+    try:
+        store().rename_run(run_id, name)
+    except (KeyError, ValueError) as error:
+        st.session_state["runs_messages"] = [("error", str(error))]
+        return
+    st.session_state["runs_messages"] = [("success", f"run #{run_id} renamed to {name!r}")]
+
+
+def on_delete(run_id: int) -> None:
+    state = st.session_state
+    if store().run(run_id)["status"] in ACTIVE_STATUSES:
+        state["runs_messages"] = [("error", f"run #{run_id} is active: stop it on the Train page "
+                                            "before deleting it")]
+        return
+    store().delete_run(run_id)
+    state["compare_ids"] = [i for i in state["compare_ids"] if i != run_id]
+    state["runs_messages"] = [("success", f"run #{run_id} deleted")]
+
+
+def on_export(run_id: int) -> None:
+    from training.export import export_run
+
+    paths = export_run(store(), run_id, store().path.parent / "exports")
+    st.session_state["export_result"] = (run_id, str(paths.zip), str(paths.logdir))
+
+
+def on_import_start() -> None:
+    from training import runs
+    from training.config import RunConfig
+
+    state = st.session_state
+    config = RunConfig(**state["import_config"])
+    name = state.get("import_name", "") or "imported"
+    run_id = runs.start_run(config, store(), name=name)
+    state["compare_ids"] = [*state["compare_ids"], run_id]
+    state["runs_messages"] = [("success", f"run #{run_id} started from the imported config; "
+                                          "follow it live on the Train page")]
+
+
+# ----- sections -------------------------------------------------------------------------------
+def runs_table(table: pd.DataFrame) -> None:
+    left, middle, right = st.columns([2, 1, 1])
+    text = left.text_input("filter", key="runs_filter_text",
+                           placeholder="name, optimizer, dataset, model or hyperparameter")
+    statuses = middle.multiselect("status", STATUSES, key="runs_filter_status")
+    optimizers = right.multiselect("optimizer", sorted(set(table["optimizer"])),
+                                   key="runs_filter_optimizer")
+    shown = rf.filter_table(table, text, statuses, optimizers)
+    st.session_state["table_ids"] = [int(i) for i in shown["id"]]
+    st.dataframe(shown, key="runs_table", on_select=on_table_select, selection_mode="multi-row",
+                 hide_index=True, width="stretch", column_config=COLUMNS, column_order=ORDER)
+    st.caption(f"{len(shown)} of {len(table)} runs · click a column header to sort · tick rows "
+               "to compare them below")
+
+
+def comparison(table: pd.DataFrame) -> None:
+    ids = [int(i) for i in table["id"]]
+    state = st.session_state
+    state["compare_ids"] = [i for i in state["compare_ids"] if i in ids]
+    st.multiselect("compare runs", ids, key="compare_ids",
+                   format_func=lambda i: f"#{i} {table.loc[table['id'] == i, 'optimizer'].iloc[0]}")
+    chosen = state["compare_ids"]
+    if not chosen:
+        st.info("Select runs in the table (or above) to overlay their curves.")
+        return
+    runs = {i: store().run(i) for i in chosen}
+    labels = rf.run_labels(chosen, [runs[i]["config"] for i in chosen],
+                           [runs[i]["name"] for i in chosen])
+    differ = rf.legend_fields([runs[i]["config"] for i in chosen])
+    st.caption("Legend names what differs: " + (", ".join(differ) if differ else
+                                                 "nothing (same config)"))
+    key = "-".join(map(str, chosen))
+    scalars = {i: store().scalars(i) for i in chosen}
+    tabs = st.tabs(["Loss", "Validation", "Hyperparameters", "Slots", "Hyper-gradients"])
+    with tabs[0]:
+        log_y = st.checkbox("log loss axis", key="runs_log_y")
+        chart(rf.overlay_loss_figure(scalars, labels, uirevision=key, log_y=log_y), "runs_loss")
+    with tabs[1]:
+        chart(rf.overlay_validation_figure(scalars, labels, uirevision=key), "runs_val")
+    with tabs[2]:
+        changes = {i: store().hyper_changes(i) for i in chosen}
+        steps = {i: runs[i]["step"] for i in chosen}
+        chart(rf.overlay_hyper_figure(changes, steps, labels, uirevision=key), "runs_hypers")
+    with tabs[3]:
+        slots_section(chosen, labels, key)
+    with tabs[4]:
+        grads = {i: store().hypergradients(i) for i in chosen}
+        if all(frame.empty for frame in grads.values()):
+            st.info("No hyper-gradients recorded for these runs (the store has no "
+                    "`hypergradients` rows for them).")
+        else:
+            chart(rf.overlay_hypergradient_figure(grads, labels, uirevision=key), "runs_hypergrads")
+
+
+def slots_section(chosen: list[int], labels: dict[int, str], key: str) -> None:
+    stats = {i: store().slot_stats(i) for i in chosen}
+    pairs = list(dict.fromkeys(
+        (v, s) for f in stats.values() if not f.empty for v, s in zip(f["variable"], f["slot"])))
+    if not pairs:
+        st.info("No slot statistics recorded for these runs yet.")
+        return
+    left, middle, right = st.columns(3)
+    variable = left.selectbox("variable", list(dict.fromkeys(v for v, _ in pairs)),
+                              key="runs_slot_variable")
+    slots = [s for v, s in pairs if v == variable]
+    slot = middle.selectbox("slot", slots, key="runs_slot_slot")
+    statistic = right.selectbox("statistic", ("norm", "mean", "std"), key="runs_slot_stat")
+    chart(rf.overlay_slot_figure(stats, variable, slot, labels, statistic, uirevision=key),
+          "runs_slots")
+    st.caption("Runs with other optimizers have other slots (Adam `m`, `v`; SGD `momentum`); "
+               "`update` is the effective step every optimizer has.")
+
+
+def manage(table: pd.DataFrame) -> None:
+    state = st.session_state
+    ids = [int(i) for i in table["id"]]
+    default = state["compare_ids"][-1] if state["compare_ids"] else ids[0]
+    if state.get("manage_run") not in ids:
+        state["manage_run"] = default
+    def label(i: int) -> str:
+        row = table.loc[table["id"] == i].iloc[0]
+        return f"#{i} {row['optimizer']} on {row['dataset']}/{row['model']} {row['name']}".strip()
+
+    run_id = st.selectbox("run", ids, key="manage_run", format_func=label)
+    run = store().run(run_id)
+    left, middle, right = st.columns(3)
+    with left:
+        st.markdown("**Rename**")
+        state.setdefault(f"rename_{run_id}", run["name"])
+        st.text_input("name", key=f"rename_{run_id}", max_chars=120)
+        st.button("Rename", key=f"rename_button_{run_id}", on_click=on_rename, args=(run_id,))
+    with middle:
+        st.markdown("**Delete**")
+        active = run["status"] in ACTIVE_STATUSES
+        sure = st.checkbox("yes, delete this run and all its records", key=f"confirm_{run_id}",
+                           disabled=active)
+        st.button("Delete", key=f"delete_{run_id}", on_click=on_delete, args=(run_id,),
+                  disabled=active or not sure, help="stop an active run first" if active else None)
+    with right:
+        st.markdown("**Export**")
+        result = state["export_result"]
+        st.button("Export (config, CSV/Parquet, TensorBoard)", key=f"export_{run_id}",
+                  on_click=on_export, args=(run_id,))
+        result = state["export_result"]
+        if result and result[0] == run_id:
+            with open(result[1], "rb") as handle:
+                st.download_button("Download zip", handle.read(), file_name=f"run-{run_id}.zip",
+                                   mime="application/zip", key=f"download_zip_{run_id}")
+    if result and result[0] == run_id:
+        exports = str(store().path.parent / "exports")
+        st.caption(f"Exported run #{run_id}: config JSON, metrics as CSV and Parquet, TensorBoard "
+                   f"events in `{result[2]}`. Open every exported run in TensorBoard with:")
+        st.code(f"tensorboard --logdir {exports}", language="bash")
+
+
+def import_section() -> None:
+    state = st.session_state
+    upload = st.file_uploader("config JSON (an export, a RunConfig or a Keras "
+                              "`{class_name, config}`)", type=["json"], key="import_file",
+                              max_upload_size=1,
+                              help=f"at most {MAX_BYTES // 1024} KiB; only registered optimizer "
+                                   "names are accepted, nothing in the file is executed")
+    st.caption(f"Config files are limited to {MAX_BYTES // 1024} KiB.")
+    if upload is None:
+        state["import_config"] = None
+        return
+    try:
+        if upload.size > MAX_BYTES:
+            raise ConfigImportError("", f"file refused: {upload.size:,} bytes, a config file may "
+                                        f"hold at most {MAX_BYTES:,} bytes")
+        config = parse_config(upload.getvalue())
+    except ConfigImportError as error:
+        state["import_config"] = None
+        st.error(f"{upload.name}: {error}")
+        return
+    state["import_config"] = config.to_json_dict()
+    st.json(state["import_config"], expanded=False)
+    st.text_input("run name", key="import_name", value=upload.name.removesuffix(".json"))
+    st.button("Start a run with this config", key="import_start", type="primary",
+              on_click=on_import_start)
+
+
+def chart(fig, key: str) -> None:
+    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
+
+
+def main() -> None:
+    init_state()
+    st.title("Optimizer Lab · Runs")
+    for level, text in st.session_state["runs_messages"]:
+        getattr(st, level)(text)
+    table = rf.overview_table(store().runs(), store().last_scalars())
+    if table.empty:
+        st.info("No run in the store yet: train one on the Train page, from the command line "
+                "(`python -m optimizer_lab train ...`) or import a config below.")
+    else:
+        runs_table(table)
+        st.subheader("Compare")
+        comparison(table)
+        st.subheader("Manage and export")
+        manage(table)
+    st.subheader("Import a config")
+    import_section()
+
+
+main()

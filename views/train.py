@@ -1,0 +1,424 @@
+"""The Train page: set up a run, start it, watch it live and change its hyperparameters live.
+
+Thin on purpose: no TensorFlow maths here. The sidebar builds a `RunConfig`; `training.runs`
+starts the run process; the live area re-reads the run store every 0.5 s (`st.fragment`) and
+draws it with the pure builders of `components.figures`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pandas as pd
+import pydantic
+import streamlit as st
+
+from components import figures
+from components import query_params
+from components.hyper_widgets import hyper_widgets, invalid_hypers, option_widgets, slider_bounds
+from optimizers import registry
+from optimizers.hyperparams import InvalidHyperparameter
+from training.config import COMPATIBLE_MODELS, DATASETS, RunConfig
+from training.store import ACTIVE_STATUSES, RunStore, default_store_path
+
+REFRESH_S = 0.5
+SLOT_CAPTION = (
+    "**update** is the effective per-parameter step actually applied, `var_before - var_after` "
+    "(for Adam `lr_t * m / (sqrt(v) + epsilon)` with `lr_t = lr * sqrt(1 - beta_2^t) / "
+    "(1 - beta_1^t)`); the other slots are the optimizer's state created with `add_slot`."
+)
+
+
+# ----- state and cached resources --------------------------------------------------------------
+def init_state() -> None:
+    """Every session-state entry of this page, with its default, in one place."""
+    defaults: dict[str, Any] = {
+        "run_id": None,  # the run this session started last
+        "start_errors": [],  # messages of a refused Start
+        "live_messages": [],  # (level, text) of the last live hyperparameter change
+        "optimizer": registry.DEFAULT_OPTIMIZER,
+        "dataset": "digits",
+        "model": "mlp",
+        "batch_size": 128,
+        "steps": 1000,
+        "seed": 0,
+        "device": "auto",
+        "eval_every": 25,
+    }
+    for key, value in defaults.items():
+        st.session_state.setdefault(key, value)
+    if not st.session_state.get("shared_link_read"):  # once per session: a shared link's setup
+        st.session_state["shared_link_read"] = True
+        load_shared_link()
+
+
+def load_shared_link() -> None:
+    """Fill the Setup widgets from the URL's setup (`components.query_params`), if it has one."""
+    try:
+        config = query_params.from_query_params(st.query_params.to_dict())
+    except query_params.QueryParamsError as error:
+        st.session_state["start_errors"] = [f"shared link ignored: {error}"]
+        return
+    if config is None:
+        return
+    values = query_params.session_values(config)
+    prefix = hyper_prefix(config.optimizer, config.options)
+    for spec in registry.specs(config.optimizer, config.options):
+        bounds = slider_bounds(spec)  # a slider refuses a value outside its own bounds
+        if bounds is not None:
+            values[prefix + spec.name] = min(max(values[prefix + spec.name], bounds[0]), bounds[1])
+    st.session_state.update(values)
+
+
+def share_setup() -> None:
+    """Keep the Setup in the URL (`st.query_params`) so that a link reproduces it."""
+    try:
+        params = query_params.to_query_params(setup_config())
+    except (pydantic.ValidationError, InvalidHyperparameter, KeyError, ValueError):
+        return  # an invalid setup keeps the last valid link
+    if st.query_params.to_dict() != params:
+        st.query_params.from_dict(params)
+
+
+@st.cache_resource(show_spinner=False)
+def _store(path: str) -> RunStore:
+    return RunStore(path)
+
+
+def store() -> RunStore:
+    """The run store of `$OPTIMIZER_LAB_HOME` (read per call, so tests can point it elsewhere)."""
+    return _store(str(default_store_path()))
+
+
+@st.cache_resource(show_spinner="Asking TensorFlow for its devices...")
+def device_names() -> list[str]:
+    from training import devices
+
+    return [d["name"] for d in devices.list_devices()]
+
+
+@st.cache_data(show_spinner=False)
+def specs_of(optimizer: str, options_json: str):
+    return registry.specs(optimizer, json.loads(options_json))
+
+
+def run_specs(run: dict[str, Any]):
+    config = run["config"]
+    try:
+        return specs_of(config["optimizer"], json.dumps(config.get("options", {}), sort_keys=True))
+    except (KeyError, ValueError):
+        return ()
+
+
+def selected_run() -> dict[str, Any] | None:
+    run_id = st.session_state.get("run_select")
+    if run_id is None:
+        return None
+    try:
+        return store().run(int(run_id))
+    except KeyError:
+        return None
+
+
+# ----- callbacks -----------------------------------------------------------------------------
+def setup_config() -> RunConfig:
+    """A `RunConfig` from the Setup widgets (raises pydantic.ValidationError)."""
+    state = st.session_state
+    optimizer = state["optimizer"]
+    options = {k: state[f"opt_{optimizer}_{k}"] for k in registry.option_defaults(optimizer)}
+    specs = registry.specs(optimizer, options)
+    prefix = hyper_prefix(optimizer, options)
+    return RunConfig(
+        optimizer=optimizer,
+        options=options,
+        hyperparameters={s.name: float(state[f"{prefix}{s.name}"]) for s in specs},
+        dataset=state["dataset"],
+        model=state["model"],
+        batch_size=int(state["batch_size"]),
+        steps=int(state["steps"]),
+        seed=int(state["seed"]),
+        device="" if state["device"] == "auto" else state["device"],
+        eval_every=int(state["eval_every"]),
+    )
+
+
+def on_start() -> None:
+    from training import runs
+
+    state = st.session_state
+    state["start_errors"] = []
+    try:
+        config = setup_config()
+    except pydantic.ValidationError as error:
+        state["start_errors"] = [
+            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in error.errors()
+        ]
+        return
+    except (InvalidHyperparameter, KeyError, ValueError) as error:
+        state["start_errors"] = [str(error)]
+        return
+    try:
+        run_id = runs.start_run(config, store())
+    except Exception as error:  # the engine refused: show why, keep the page alive
+        state["start_errors"] = [f"the run could not start: {error}"]
+        return
+    state["run_id"] = state["run_select"] = run_id
+    state["live_messages"] = []
+
+
+def on_hyper_change(name: str) -> None:
+    """A Setup hyperparameter widget moved: send it to the selected run when that run is live."""
+    state = st.session_state
+    run = selected_run()
+    if run is None or run["status"] not in ACTIVE_STATUSES:
+        return
+    optimizer = state["optimizer"]
+    options = {k: state[f"opt_{optimizer}_{k}"] for k in registry.option_defaults(optimizer)}
+    value = float(state[f"{hyper_prefix(optimizer, options)}{name}"])
+    if run["config"]["optimizer"] != optimizer or name not in {s.name for s in run_specs(run)}:
+        state["live_messages"] = [("info", f"{name} not sent: run #{run['id']} uses "
+                                           f"{run['config']['optimizer']}, the setup {optimizer}")]
+        return
+    from training import runs
+
+    try:
+        command = runs.set_hyper(store(), run["id"], name, value, source="user")
+    except InvalidHyperparameter as error:
+        state["live_messages"] = [("error", f"not sent to run #{run['id']}: {error}")]
+        return
+    state["live_messages"] = [
+        ("success", f"{name} = {value:.6g} sent to run #{run['id']} (command {command})")
+    ]
+
+
+def send(kind: str, run_id: int) -> None:
+    from training import runs
+
+    getattr(runs, kind)(store(), run_id)
+
+
+# ----- sidebar ---------------------------------------------------------------------------------
+def hyper_prefix(optimizer: str, options: dict[str, Any]) -> str:
+    inner = options.get("inner")
+    return f"hp_{optimizer}_{inner}_" if inner else f"hp_{optimizer}_"
+
+
+def sidebar(live_run: dict[str, Any] | None) -> None:
+    state = st.session_state
+    with st.sidebar:
+        st.header("Setup")
+        names = registry.names()
+        if state["optimizer"] not in names:
+            state["optimizer"] = names[0]
+        optimizer = st.selectbox("optimizer", names, key="optimizer",
+                                 help="a Keras 2 OptimizerV2 subclass from optimizers/")
+        options = option_widgets(registry.option_defaults(optimizer), f"opt_{optimizer}_",
+                                 optimizer_names=names, exclude=optimizer)
+        try:
+            specs = registry.specs(optimizer, options)
+        except (KeyError, ValueError) as error:
+            st.error(str(error))
+            specs = ()
+        st.subheader("Hyperparameters")
+        if live_run is not None and live_run["config"]["optimizer"] == optimizer:
+            st.caption(f"Run #{live_run['id']} is active: moving a value changes it live "
+                       "(`_set_hyper` assigns the tf.Variable, no retrace).")
+        values = hyper_widgets(specs, hyper_prefix(optimizer, options), on_change=on_hyper_change)
+        for level, text in state["live_messages"]:
+            getattr(st, level)(text)
+        st.subheader("Data and run")
+        st.selectbox("dataset", DATASETS, key="dataset")
+        models = COMPATIBLE_MODELS[state["dataset"]]
+        if state["model"] not in models:
+            state["model"] = "mlp" if "mlp" in models else models[0]
+        st.selectbox("model", models, key="model", help="models this dataset can feed")
+        left, right = st.columns(2)
+        left.number_input("batch size", min_value=1, max_value=4096, step=16, key="batch_size")
+        right.number_input("steps", min_value=1, max_value=1_000_000, step=100, key="steps")
+        left.number_input("seed", min_value=0, max_value=2**31 - 1, step=1, key="seed")
+        right.number_input("eval every", min_value=1, max_value=10_000, step=5, key="eval_every",
+                           help="steps between validation-loss evaluations")
+        devices = ["auto"] + device_names()
+        if state["device"] not in devices:
+            state["device"] = "auto"
+        st.selectbox("device", devices, key="device", help="auto = first GPU, else CPU")
+        bad = invalid_hypers(specs, values)
+        st.button("Start", key="start", type="primary", on_click=on_start,
+                  width="stretch", disabled=bool(bad) or not specs)
+        for message in state["start_errors"]:
+            st.error(message)
+
+
+# ----- live area ------------------------------------------------------------------------------
+def run_label(runs_table: pd.DataFrame, run_id: int) -> str:
+    row = runs_table.loc[runs_table["id"] == run_id]
+    if row.empty:
+        return f"#{run_id}"
+    r = row.iloc[0]
+    return f"#{run_id} {r['optimizer']} on {r['dataset']}/{r['model']} - {r['status']} ({r['step']}/{r['total_steps']})"
+
+
+def status_line(run: dict[str, Any], scalars: pd.DataFrame) -> str:
+    parts = [f"**Run #{run['id']}** · status **{run['status']}**",
+             f"step {run['step']}/{run['total_steps']}"]
+    rate = scalars[scalars["name"].str.contains("steps_per", na=False)]
+    if not rate.empty:
+        parts.append(f"{rate['value'].iloc[-1]:.1f} steps/s")
+    parts.append(f"device `{run['device'] or 'auto'}`")
+    parts.append(f"traces {run['traces']} (1 = no retrace)")
+    return " · ".join(parts)
+
+
+def controls(run: dict[str, Any]) -> None:
+    active = run["status"] in ACTIVE_STATUSES
+    paused = run["status"] == "paused"
+    cols = st.columns([1, 1, 1, 5])
+    cols[0].button("Pause", key=f"pause_{run['id']}", on_click=send, args=("pause", run["id"]),
+                   disabled=not active or paused, width="stretch")
+    cols[1].button("Resume", key=f"resume_{run['id']}", on_click=send, args=("resume", run["id"]),
+                   disabled=not paused, width="stretch")
+    cols[2].button("Stop", key=f"stop_{run['id']}", on_click=send, args=("stop", run["id"]),
+                   disabled=not active, width="stretch")
+
+
+def chart(fig, key: str) -> None:
+    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
+
+
+def changes_table(changes: pd.DataFrame) -> pd.DataFrame:
+    """The user / auto-tune changes, newest first, for an HTML table readable in the DOM."""
+    rows = changes[changes["source"] != "init"].iloc[::-1].head(12)
+    return pd.DataFrame({
+        "step": rows["step"].astype(int).to_list(),
+        "hyperparameter": rows["name"].to_list(),
+        "old": [figures._fmt(v) for v in rows["old"]],
+        "new": [figures._fmt(v) for v in rows["new"]],
+        "source": rows["source"].to_list(),
+    })
+
+
+def curves_tab(run: dict[str, Any], scalars: pd.DataFrame) -> None:
+    rid = run["id"]
+    left, right = st.columns(2)
+    with left:
+        chart(figures.loss_figure(scalars, uirevision=rid, log_y=st.session_state.get(f"logy_{rid}", False)),
+              f"loss_{rid}")
+        st.checkbox("log loss axis", key=f"logy_{rid}")
+    with right:
+        chart(figures.accuracy_figure(scalars, uirevision=rid), f"accuracy_{rid}")
+    changes = store().hyper_changes(rid)
+    log_names = tuple(s.name for s in run_specs(run) if s.log_scale)
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown("**Hyperparameter trace** (value in effect at each step; ◆ = change)")
+        chart(figures.hyper_trace_figure(changes, run["step"], uirevision=rid, log_names=log_names),
+              f"hypers_{rid}")
+    with right:
+        st.markdown("**Hyperparameter changes**")
+        table = changes_table(changes)
+        if table.empty:
+            st.caption("No live change yet: move a hyperparameter in the sidebar while the run is active.")
+        else:
+            st.table(table.set_index("step"))
+
+
+def slots_tab(run: dict[str, Any]) -> None:
+    rid = run["id"]
+    stats = store().slot_stats(rid)
+    if stats.empty:
+        st.info("No slot statistics yet (slots are created by the first `apply_gradients`).")
+        return
+    variables = list(dict.fromkeys(stats["variable"]))
+    variable = st.selectbox("variable", variables, key=f"slot_var_{rid}")
+    chart(figures.slot_stats_figure(stats, variable, uirevision=f"{rid}-{variable}"), f"slotstats_{rid}")
+    slots = list(dict.fromkeys(stats.loc[stats["variable"] == variable, "slot"]))
+    slot = st.selectbox("slot (distribution over the steps)", slots, key=f"slot_slot_{rid}",
+                        index=slots.index("update") if "update" in slots else 0)
+    hist = store().histograms(rid, variable, slot)
+    chart(figures.distribution_heatmap(hist, f"Distribution of {slot} of {variable}",
+                                       uirevision=f"{rid}-{variable}-{slot}"), f"heat_{rid}")
+    st.caption(SLOT_CAPTION)
+
+
+def config_tab(run: dict[str, Any]) -> None:
+    rid = run["id"]
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Optimizer config** (`get_config()`, hyperparameters via "
+                    "`_serialize_hyperparameter`)")
+        st.json(run["optimizer_config"] or {}, expanded=True)
+        st.download_button("Download config JSON", key=f"download_{rid}",
+                           data=json.dumps({"run": run["config"], "optimizer": run["optimizer_config"]},
+                                           indent=2),
+                           file_name=f"run-{rid}-config.json", mime="application/json")
+    with right:
+        st.markdown("**Hyperparameter variables** (`_hyper` after `_create_hypers`)")
+        if run["hyper_variables"]:
+            st.dataframe(pd.DataFrame(run["hyper_variables"]), hide_index=True, width="stretch")
+        else:
+            st.caption("Created by the first `apply_gradients`.")
+        st.markdown("**Run config**")
+        st.json(run["config"], expanded=False)
+        if run["versions"]:
+            st.caption(" · ".join(f"{k} {v}" for k, v in run["versions"].items()))
+        commands = store().commands(rid)
+        if not commands.empty:
+            st.markdown("**Commands**")
+            st.dataframe(commands[["id", "kind", "payload", "status", "message", "step"]],
+                         hide_index=True, width="stretch")
+
+
+def live_body(run_id: int, was_active: bool) -> None:
+    try:
+        run = store().run(run_id)
+    except KeyError:
+        st.warning(f"run #{run_id} is no longer in the store")
+        return
+    active = run["status"] in ACTIVE_STATUSES
+    if was_active and not active:
+        st.rerun(scope="app")  # once: redraw the whole page (selector labels, static mode)
+    scalars = store().scalars(run_id)
+    st.markdown(status_line(run, scalars))
+    st.progress(min(run["step"] / max(run["total_steps"], 1), 1.0))
+    if run["message"]:
+        (st.error if run["status"] in ("failed", "diverged") else st.caption)(run["message"])
+    controls(run)
+    commands = store().commands(run_id)
+    for _, row in commands[commands["status"] == "refused"].tail(3).iterrows():
+        st.warning(f"command {row['id']} {row['kind']} {row['payload']} refused: {row['message']}")
+    curves, slots, config = st.tabs(["Curves", "Slots", "Config"])
+    with curves:
+        curves_tab(run, scalars)
+    with slots:
+        slots_tab(run)
+    with config:
+        config_tab(run)
+
+
+def main() -> None:
+    init_state()
+    runs_table = store().runs()
+    ids = [int(i) for i in runs_table["id"]]
+    state = st.session_state
+    if state.get("run_select") not in ids:
+        state["run_select"] = state["run_id"] if state["run_id"] in ids else (ids[0] if ids else None)
+    run = selected_run()
+    live_run = run if run is not None and run["status"] in ACTIVE_STATUSES else None
+    sidebar(live_run)
+    share_setup()
+
+    st.title("Optimizer Lab · Train")
+    if not ids:
+        st.info("No run yet: choose an optimizer and press **Start** in the sidebar.")
+        return
+    st.selectbox("run", ids, key="run_select", format_func=lambda i: run_label(runs_table, i),
+                 help="this session's run by default; every run of the store can be opened")
+    if run is None:
+        return
+    active = run["status"] in ACTIVE_STATUSES
+    st.fragment(run_every=REFRESH_S if active else None)(live_body)(run["id"], active)
+
+
+main()
