@@ -9,8 +9,17 @@ import streamlit as st  # noqa: E402
 
 st.set_page_config(page_title="Optimizer Lab", layout="wide")
 
+from components.plugin_loader import load_plugins  # noqa: E402
+
+load_plugins()  # import, contract-check and register the plugins folder once per server
+
 PAGES = [
     st.Page("views/train.py", title="Train", icon=":material/model_training:", default=True),
+    st.Page("views/hypergrad.py", title="Hyper-gradients", icon=":material/functions:"),
+    st.Page("views/inside_step.py", title="Inside one step", icon=":material/step_into:"),
+    st.Page("views/landscape.py", title="Landscape", icon=":material/landscape:"),
+    st.Page("views/plugins.py", title="Plugins", icon=":material/extension:"),
+    st.Page("views/runs.py", title="Runs", icon=":material/compare_arrows:"),
 ]
 
 pg = st.navigation(PAGES)

@@ -262,11 +262,12 @@ def overlay_slot_figure(stats: Mapping[int, pd.DataFrame], variable: str, slot: 
 def hypergradient_columns(frame: pd.DataFrame) -> tuple[str, str] | None:
     """(name column, value column) of a `hypergradients` table, or None when unrecognised.
 
-    Accepts the layouts an engine may write: `name|hyperparameter` and
+    Accepts the store's layout (`name`, `exact`: the forward-mode value of
+    `RunStore.hypergradients`) and older ones: `name|hyperparameter` and
     `value|hypergradient|grad`.
     """
     name = next((c for c in ("name", "hyperparameter") if c in frame), None)
-    value = next((c for c in ("value", "hypergradient", "grad") if c in frame), None)
+    value = next((c for c in ("exact", "value", "hypergradient", "grad") if c in frame), None)
     return (name, value) if name and value and "step" in frame else None
 
 

@@ -7,8 +7,7 @@ from typing import Mapping
 import tensorflow as tf
 import tf_keras
 
-from optimizers.adam import adam_coefficients, adam_update
-from optimizers.base import RuleOptimizer
+from optimizers.adam import Adam, adam_coefficients, adam_update
 from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE, HyperSpec
 
 ADAMW_REFERENCE = (
@@ -48,7 +47,7 @@ def adamw_update(
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
-class AdamW(RuleOptimizer):
+class AdamW(Adam):
     """AdamW: Adam with decoupled weight decay (Loshchilov & Hutter 2019, arXiv:1711.05101).
 
     Update for each variable `var` with gradient `grad` at step t = iterations + 1:
@@ -99,25 +98,10 @@ class AdamW(RuleOptimizer):
         name="AdamW",
         **kwargs,
     ):
-        super().__init__(name, **kwargs)
-        self._set_hyper("learning_rate", kwargs.get("lr", learning_rate))
-        self._set_hyper("beta_1", beta_1)
-        self._set_hyper("beta_2", beta_2)
-        self._set_hyper("epsilon", epsilon)
+        # Adam's four `_set_hyper` calls, its `amsgrad` attribute and its `_create_slots`
+        # (m, v[, vhat]) are inherited; AdamW only adds one hyperparameter and the decay.
+        super().__init__(learning_rate, beta_1, beta_2, epsilon, amsgrad, name, **kwargs)
         self._set_hyper("weight_decay", weight_decay)
-        self.amsgrad = bool(amsgrad)
-
-    def _create_slots(self, var_list):
-        for var in var_list:
-            self.add_slot(var, "m")
-        for var in var_list:
-            self.add_slot(var, "v")
-        if self.amsgrad:
-            for var in var_list:
-                self.add_slot(var, "vhat")
-
-    def slot_names_for_rule(self):
-        return ("m", "v", "vhat") if self.amsgrad else ("m", "v")
 
     def coefficients(self, hypers, step):
         return adamw_coefficients(hypers, step)

@@ -33,3 +33,11 @@ def test_projection_of_exclusive_ends():
     assert project(beta, -0.2) == 0.0
     with pytest.raises(ValueError, match="hyper_learning_rate"):
         rtho_step(beta, 0.9, 1.0, -1.0)
+
+
+def test_log_scale_floor_is_relative_to_the_default():
+    """An epsilon of 1e-7 in (0, 1] is not pushed up to a width-relative margin of 1e-6."""
+    specs = {s.name: s for s in registry.specs("adam")}
+    assert project(specs["epsilon"], 1e-7) == 1e-7
+    assert project(specs["epsilon"], 0.0) == pytest.approx(1e-13)
+    assert project(specs["learning_rate"], 2e-6) == 2e-6

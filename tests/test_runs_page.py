@@ -81,11 +81,8 @@ def test_selecting_runs_overlays_their_curves(page):
 
 
 def test_hypergradients_tab_reads_an_optional_table(store, page):
-    with store._connect() as con:
-        con.execute("CREATE TABLE hypergradients (run_id INTEGER, step INTEGER, name TEXT,"
-                    " value REAL)")
-        con.executemany("INSERT INTO hypergradients VALUES (?,?,?,?)",
-                        [(1, s, "learning_rate", -0.1 * s) for s in range(1, 6)])
+    store.append(1, hypergradients=[(s, "learning_rate", -0.1 * s, -0.05 * s, None, 1.0)
+                                    for s in range(1, 6)])
     page.multiselect(key="compare_ids").set_value([1, 2]).run()
     figures = [json.loads(c.proto.spec) for c in page.get("plotly_chart")]
     grads = figures[-1]

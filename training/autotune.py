@@ -33,7 +33,10 @@ def project(spec: HyperSpec, value: float) -> float:
     low = spec.low if spec.low_inclusive else spec.low + margin
     high = spec.high if spec.high_inclusive else spec.high - margin
     if spec.log_scale and spec.low == 0 and not spec.low_inclusive:
-        low = max(low, spec.default * 1e-6)  # a log-scale value must stay positive
+        # A log-scale value must stay positive; a margin relative to the range's width would
+        # be a floor of 1e-5 for a learning rate in (0, 10] and 1e-6 for an epsilon in (0, 1]
+        # (above its 1e-7 default), so the floor is relative to the default instead.
+        low = spec.default * 1e-6
     return min(max(value, low), high)
 
 

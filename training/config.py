@@ -7,6 +7,7 @@ so every entry point refuses bad input with the same message naming the field.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -38,6 +39,14 @@ class RunConfig(BaseModel):
         device: a logical device name such as `/device:CPU:0`; "" picks the first GPU, else CPU.
         eval_every: steps between validation-loss evaluations, 1..10,000.
         dtype: float dtype of the model and optimizer state.
+        hypergradients: followed hyperparameter names (each one of the optimizer's specs);
+            empty = hyper-gradients off. When set, the run trains through
+            `training.forward_mode.ForwardModeTrainer` (forward-mode tangents carried along).
+        hypergradient_every: steps between hyper-gradient records (exact and one-step), 1..10,000.
+        reverse_horizon: T, the truncation window of reverse mode (0 = off), 0..200.
+        reverse_every: steps between truncated reverse-mode evaluations, 1..100,000.
+        autotune: followed name -> hyper learning rate eta > 0 (RTHO; see `training.autotune`).
+        autotune_every: K, steps between RTHO updates, 1..10,000.
 
     Raises:
         pydantic.ValidationError: any field out of range or unknown; messages name the field.
@@ -56,6 +65,12 @@ class RunConfig(BaseModel):
     device: str = Field("", max_length=64)
     eval_every: int = Field(25, ge=1, le=10_000)
     dtype: Literal["float32", "float64"] = "float32"
+    hypergradients: list[str] = Field(default_factory=list)
+    hypergradient_every: int = Field(5, ge=1, le=10_000)
+    reverse_horizon: int = Field(0, ge=0, le=200)
+    reverse_every: int = Field(50, ge=1, le=100_000)
+    autotune: dict[str, float] = Field(default_factory=dict)
+    autotune_every: int = Field(10, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _check_optimizer_and_model(self) -> "RunConfig":
@@ -71,7 +86,28 @@ class RunConfig(BaseModel):
                 f"model={self.model!r} refused for dataset={self.dataset!r}: "
                 f"allowed {', '.join(COMPATIBLE_MODELS[self.dataset])}"
             )
+        self._check_hypergradients()
         return self
+
+    def _check_hypergradients(self) -> None:
+        names = [s.name for s in registry.specs(self.optimizer, self.options)]
+        followed = list(dict.fromkeys(self.hypergradients))
+        for name in followed:
+            if name not in names:
+                raise ValueError(
+                    f"hypergradients={name!r} refused: {self.optimizer} has {', '.join(names)}"
+                )
+        self.hypergradients = followed
+        if self.reverse_horizon and not followed:
+            raise ValueError(f"reverse_horizon={self.reverse_horizon} refused: follow at least "
+                             "one hyperparameter (hypergradients) first")
+        for name, eta in self.autotune.items():
+            if name not in followed:
+                raise ValueError(f"autotune={name!r} refused: only followed hyperparameters "
+                                 f"(hypergradients={followed}) can be auto-tuned")
+            if not (math.isfinite(eta) and eta > 0):
+                raise ValueError(f"autotune[{name!r}]={eta!r} refused: the hyper learning rate "
+                                 "must be a float in (0, inf)")
 
     def to_json_dict(self) -> dict[str, Any]:
         """A plain dict (JSON-ready) holding every field."""

@@ -120,6 +120,48 @@ def stop(store: RunStore, run_id: int) -> int:
     return store.send_command(run_id, "stop")
 
 
+def _followed(run: dict[str, Any], name: str) -> None:
+    followed = run["config"].get("hypergradients") or []
+    if name not in followed:
+        raise KeyError(f"name={name!r} refused: run #{run['id']} follows "
+                       f"{', '.join(followed) or 'no hyper-gradients'}")
+
+
+def autotune(store: RunStore, run_id: int, name: str, hyper_learning_rate: float | None) -> int:
+    """Queue `autotune`: RTHO of the followed hyperparameter `name` on with this hyper learning
+    rate, or off (`None`); returns the command id.
+
+    Raises:
+        KeyError: `name` is not followed by the run.
+        ValueError: the run is not active, or the rate is not a positive finite number.
+    """
+    reap()
+    _followed(_active_run(store, run_id), name)
+    if hyper_learning_rate is not None:
+        eta = float(hyper_learning_rate)
+        if not (eta > 0 and eta < float("inf")):
+            raise ValueError(f"hyper_learning_rate={hyper_learning_rate!r} refused: must be a "
+                             "float in (0, inf)")
+        hyper_learning_rate = eta
+    return store.send_command(run_id, "autotune",
+                              {"name": name, "hyper_learning_rate": hyper_learning_rate})
+
+
+def response_slice(store: RunStore, run_id: int, name: str, horizon: int = 20,
+                   points: int = 9) -> int:
+    """Queue `response_slice` (validation loss after `horizon` more steps vs `name`, around its
+    current value); returns the command id, which is the rows' `request_id`.
+
+    Raises:
+        KeyError: `name` is not followed by the run.
+        ValueError: the run is not active.
+    """
+    reap()
+    _followed(_active_run(store, run_id), name)
+    return store.send_command(run_id, "response_slice",
+                              {"name": name, "horizon": int(horizon), "points": int(points)})
+
+
 def command(store: RunStore, command_id: int) -> dict[str, Any]:
     """One command row: `id, run_id, kind, payload, status, message, step`.
 

@@ -17,6 +17,15 @@ Tables (all steps are 1-based optimizer steps, times are Unix seconds):
 * `histograms(run_id, step, variable, slot, lo, hi, counts)`: equal-width histogram of the values
   between `lo` and `hi` (counts as a JSON list of ints).
 * `commands(id, run_id, kind, payload, status, message, step)`: `pending` -> `done`/`refused`.
+* `hypergradients(run_id, step, name, exact, one_step, reverse, val_loss)`: d(val loss)/d(name)
+  at `step` (after `step` updates): forward-mode exact, one-step (Baydin et al. 2018) and the
+  truncated reverse-mode value (NULL when not computed at that step); `val_loss` in nats.
+* `response_slices(run_id, request_id, step, name, value, loss, hypergradient, center)`: the
+  validation loss after a few more steps as a function of one hyperparameter (request_id = the
+  `response_slice` command's id); `hypergradient` (reverse mode over the same steps) and
+  `center = 1` only on the row of the current value.
+* `runs.hypergradient_meta` (JSON): followed names, live auto-tune etas and the cost meter
+  (`plain_step_ms`, `hyper_step_ms`, `ratio`, `tangent_bytes`, `window_bytes`).
 
 The data directory defaults to `~/.optimizer-lab` and is overridden by `OPTIMIZER_LAB_HOME`.
 """
@@ -35,7 +44,7 @@ import pandas as pd
 
 ACTIVE_STATUSES = ("starting", "running", "paused")
 FINAL_STATUSES = ("finished", "stopped", "failed", "diverged", "interrupted")
-COMMAND_KINDS = ("set_hyper", "pause", "resume", "stop")
+COMMAND_KINDS = ("set_hyper", "pause", "resume", "stop", "autotune", "response_slice")
 # A run process writes a heartbeat at least this often (seconds); a silent active run whose pid
 # is gone or whose heartbeat is older than STALE_AFTER is shown as interrupted.
 STALE_AFTER = 60.0
@@ -89,7 +98,23 @@ CREATE TABLE IF NOT EXISTS commands (
     message TEXT NOT NULL DEFAULT '', step INTEGER
 );
 CREATE INDEX IF NOT EXISTS commands_run ON commands (run_id, status);
+CREATE TABLE IF NOT EXISTS hypergradients (
+    run_id INTEGER NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL,
+    exact REAL, one_step REAL, reverse REAL, val_loss REAL
+);
+CREATE INDEX IF NOT EXISTS hypergradients_run ON hypergradients (run_id, step);
+CREATE TABLE IF NOT EXISTS response_slices (
+    run_id INTEGER NOT NULL, request_id INTEGER NOT NULL, step INTEGER NOT NULL,
+    name TEXT NOT NULL, value REAL NOT NULL, loss REAL, hypergradient REAL,
+    center INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS response_slices_run ON response_slices (run_id, request_id);
 """
+# Columns added to `runs` after the first release: (name, SQL type and default). Added with a
+# guarded ALTER TABLE so that older store files still open.
+ADDED_RUN_COLUMNS = (("hypergradient_meta", "TEXT NOT NULL DEFAULT '{}'"),)
+JSON_RUN_COLUMNS = ("config", "optimizer_config", "hyper_variables", "versions",
+                    "hypergradient_meta")
 
 
 def data_dir() -> Path:
@@ -136,6 +161,14 @@ class RunStore:
         with self._connect() as con:
             con.execute("PRAGMA journal_mode=WAL")
             con.executescript(SCHEMA)
+            present = {row[1] for row in con.execute("PRAGMA table_info(runs)")}
+            for column, sql_type in ADDED_RUN_COLUMNS:
+                if column not in present:
+                    try:
+                        con.execute(f"ALTER TABLE runs ADD COLUMN {column} {sql_type}")
+                    except sqlite3.OperationalError as error:  # added meanwhile by another process
+                        if "duplicate column" not in str(error):
+                            raise
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -196,8 +229,8 @@ class RunStore:
         if row is None:
             raise KeyError(f"run {run_id} is not in the store {self.path}")
         out = dict(row)
-        for key in ("config", "optimizer_config", "hyper_variables", "versions"):
-            out[key] = json.loads(out[key])
+        for key in JSON_RUN_COLUMNS:
+            out[key] = json.loads(out[key]) if key in out else {}
         return out
 
     def runs(self) -> pd.DataFrame:
@@ -237,7 +270,8 @@ class RunStore:
     def delete_run(self, run_id: int) -> None:
         """Remove a run and all its records."""
         with self._connect() as con:
-            for table in ("scalars", "hyper_changes", "slot_stats", "histograms", "commands"):
+            for table in ("scalars", "hyper_changes", "slot_stats", "histograms", "commands",
+                          "hypergradients", "response_slices"):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
@@ -250,6 +284,8 @@ class RunStore:
         slot_stats: Iterable[tuple[int, str, str, float, float, float]] = (),
         histograms: Iterable[tuple[int, str, str, float, float, Sequence[int]]] = (),
         hyper_changes: Iterable[tuple[int, str, float | None, float, str]] = (),
+        hypergradients: Iterable[tuple[int, str, float, float, float | None, float]] = (),
+        response_slices: Iterable[tuple[int, int, str, float, float, float | None, int]] = (),
         step: int | None = None,
     ) -> None:
         """Append one batch of records in a single transaction and refresh the heartbeat.
@@ -259,6 +295,9 @@ class RunStore:
             slot_stats: (step, variable, slot, norm, mean, std) rows.
             histograms: (step, variable, slot, lo, hi, counts) rows.
             hyper_changes: (step, name, old, new, source) rows.
+            hypergradients: (step, name, exact, one_step, reverse or None, val_loss) rows.
+            response_slices: (request_id, step, name, value, loss, hypergradient or None,
+                center 0/1) rows.
             step: the last step reached, stored in `runs.step`.
         """
         now = time.time()
@@ -277,6 +316,14 @@ class RunStore:
             con.executemany(
                 "INSERT INTO hyper_changes VALUES (?,?,?,?,?,?,?)",
                 [(run_id, *r, now) for r in hyper_changes],
+            )
+            con.executemany(
+                "INSERT INTO hypergradients VALUES (?,?,?,?,?,?,?)",
+                [(run_id, *r) for r in hypergradients],
+            )
+            con.executemany(
+                "INSERT INTO response_slices VALUES (?,?,?,?,?,?,?,?)",
+                [(run_id, *r) for r in response_slices],
             )
             if step is None:
                 con.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (now, run_id))
@@ -408,13 +455,28 @@ class RunStore:
         return row is not None
 
     def hypergradients(self, run_id: int) -> pd.DataFrame:
-        """Every column of the run's rows of an optional `hypergradients` table, by step.
+        """`step, name, exact, one_step, reverse, val_loss` rows of a run, by step then name.
 
-        Empty when the store has no such table (older stores, or hyper-gradients never
-        recorded); the column layout is whatever the recording engine wrote.
+        Empty when the store has no such table (a store file written by an older version that
+        was never opened by this one).
         """
         if not self.has_table("hypergradients"):
             return pd.DataFrame()
         return self._frame(
-            "SELECT * FROM hypergradients WHERE run_id = ? ORDER BY step", (run_id,)
+            "SELECT step, name, exact, one_step, reverse, val_loss FROM hypergradients"
+            " WHERE run_id = ? ORDER BY step, rowid", (run_id,),
+        )
+
+    def response_slices(self, run_id: int, request_id: int | None = None) -> pd.DataFrame:
+        """`request_id, step, name, value, loss, hypergradient, center` rows of a run (one
+        request, or all), ordered by request then value."""
+        if request_id is None:
+            return self._frame(
+                "SELECT request_id, step, name, value, loss, hypergradient, center FROM"
+                " response_slices WHERE run_id = ? ORDER BY request_id, value", (run_id,),
+            )
+        return self._frame(
+            "SELECT request_id, step, name, value, loss, hypergradient, center FROM"
+            " response_slices WHERE run_id = ? AND request_id = ? ORDER BY value",
+            (run_id, request_id),
         )

@@ -15,8 +15,20 @@ refreshes the heartbeat). Commands are polled about every `POLL_EVERY_S`:
   existing hyper variable is assigned (no retrace), a `hyper_changes` row is written at the
   next step (the first step that uses the new value) and the command is `done` at that step;
   otherwise it is `refused` with the validation message and training goes on unchanged.
+* `autotune {name, hyper_learning_rate}` (hyper-gradient runs): switch RTHO of a followed
+  hyperparameter on with that eta, or off with `null`; refused otherwise.
+* `response_slice {name, horizon=20, points=9}` (hyper-gradient runs): the validation loss after
+  `horizon` more steps for values around the current one plus the hyper-gradient there
+  (`HyperStepper.response_slice`), written to `response_slices` (request_id = the command id)
+  before the command is `done`; the run itself does not move.
 * `pause` / `resume` / `stop`. While paused the process keeps polling and beats at least
   every `HEARTBEAT_S`.
+
+A run whose config follows hyper-gradients (`config.hypergradients`) trains through
+`training.hyper_run.HyperStepper` (forward mode) and also writes `hypergradients` rows every
+`hypergradient_every` steps (and at step 1; reverse-mode values every `reverse_every` steps when
+`reverse_horizon` > 0), auto-tune changes every `autotune_every` steps and the cost meter
+(`runs.hypergradient_meta`, refreshed about every `META_EVERY_S`).
 
 Ends: `finished`; `stopped` (command, SIGTERM or `max_wall_s`); `diverged` (non-finite loss,
 validation loss or slot statistic; message names the step and the quantity; the records
@@ -51,6 +63,7 @@ from training.store import RunStore  # noqa: E402
 FLUSH_EVERY_S = 0.25
 POLL_EVERY_S = 0.1
 HEARTBEAT_S = 1.0
+META_EVERY_S = 2.0
 
 
 class _Diverged(Exception):
@@ -70,14 +83,18 @@ class _Run:
     """State of one run loop (see the module docstring)."""
 
     def __init__(self, run_id: int, store: RunStore, engine, total: int, eval_every: int,
-                 record: Callable[[int], bool], histogram: Callable[[int], bool]):
+                 record: Callable[[int], bool], histogram: Callable[[int], bool], hyper=None):
         self.run_id, self.store, self.engine = run_id, store, engine
+        self.hyper = hyper  # a HyperStepper when the run follows hyper-gradients
+        self.stepper = hyper if hyper is not None else engine
+        self.last_meta = 0.0
         self.total, self.eval_every = total, eval_every
         self.record, self.histogram = record, histogram
         self.step = 0
         self.meter = recorder.LossMeter()
         self.buffers: dict[str, list] = {k: [] for k in ("scalars", "slot_stats", "histograms",
-                                                         "hyper_changes")}
+                                                         "hyper_changes", "hypergradients",
+                                                         "response_slices")}
         self.paused = self.stop_requested = False
         self.stop_message = ""
         self.last_flush = self.last_poll = time.monotonic()
@@ -110,9 +127,9 @@ class _Run:
             raise self._error
         self._queue.put({**self.buffers, "step": self.step})
         self.buffers = {k: [] for k in self.buffers}
-        if self.engine.traces != self.saved_traces:
-            self.saved_traces = self.engine.traces
-            self.store.update_run(self.run_id, traces=self.engine.traces)
+        if self.stepper.traces != self.saved_traces:
+            self.saved_traces = self.stepper.traces
+            self.store.update_run(self.run_id, traces=self.stepper.traces)
         self.last_flush = time.monotonic()
         if wait:
             self._queue.join()
@@ -123,6 +140,12 @@ class _Run:
         """Drain and end the writer thread."""
         self._queue.put(None)
         self._writer.join(timeout=60)
+
+    def save_meta(self) -> None:
+        """The hyper-gradient cost meter and auto-tune state into `runs.hypergradient_meta`."""
+        if self.hyper is not None:
+            self.store.update_run(self.run_id, hypergradient_meta=self.hyper.costs())
+            self.last_meta = time.monotonic()
 
     def save_optimizer(self) -> None:
         opt = self.engine.optimizer
@@ -154,6 +177,25 @@ class _Run:
                 (next_step, name, old, new, payload.get("source", "user")))
             self.flush(wait=True)  # the row is readable once the command reads `done`
             self.save_optimizer()
+        elif kind in ("autotune", "response_slice"):
+            if self.hyper is None:
+                self.store.finish_command(cid, "refused", f"{kind} refused: this run does not "
+                                          "follow hyper-gradients (config.hypergradients is empty)",
+                                          next_step)
+                return
+            try:
+                if kind == "autotune":
+                    self.hyper.set_autotune(payload.get("name"), payload.get("hyper_learning_rate"))
+                    self.save_meta()
+                else:
+                    self.buffers["response_slices"] += self.hyper.response_slice(
+                        cid, self.step, payload.get("name"),
+                        horizon=payload.get("horizon") or 20, points=payload.get("points") or 9)
+                    self.flush(wait=True)  # the rows are readable once the command reads `done`
+            except (KeyError, ValueError, TypeError, InvalidHyperparameter) as error:
+                message = error.args[0] if isinstance(error, KeyError) else str(error)
+                self.store.finish_command(cid, "refused", str(message), next_step)
+                return
         elif kind == "pause":
             self.paused = True
             self.flush(wait=True)
@@ -190,7 +232,7 @@ class _Run:
         step = self.step + 1
         hist = self.histogram(step) or step == self.total
         record = hist or self.record(step) or step == self.total
-        loss, stats, hists = self.engine.step(record, hist)
+        loss, stats, hists = self.stepper.step(record, hist)
         loss = float(loss)
         if not math.isfinite(loss):
             raise _Diverged(f"diverged at step {step}: train_loss is not finite ({loss})")
@@ -211,9 +253,31 @@ class _Run:
         self.step = step
         if step % self.eval_every == 0 or step == self.total:
             self.evaluate(step)
+        if self.hyper is not None:
+            self.hyper_records(step)
         if step == 1:
             self.flush()
             self.save_optimizer()
+            self.save_meta()
+
+    def hyper_records(self, step: int) -> None:
+        """Hyper-gradient rows, reverse mode and auto-tune due at `step` (see the docstring)."""
+        config, hyper = self.engine.config, self.hyper
+        reverse = config.reverse_horizon > 0 and step % config.reverse_every == 0
+        if step == 1 or step % config.hypergradient_every == 0 or step == self.total or reverse:
+            rows = hyper.hypergradient_rows(step, with_reverse=reverse)
+            if not all(math.isfinite(r[2]) for r in rows):
+                bad = next(r for r in rows if not math.isfinite(r[2]))
+                raise _Diverged(f"diverged at step {step}: the hyper-gradient of {bad[1]} is "
+                                f"not finite ({bad[2]})")
+            self.buffers["hypergradients"] += rows
+        if hyper.autotune_etas and step % config.autotune_every == 0 and step < self.total:
+            changes = hyper.autotune(step)
+            if changes:
+                self.buffers["hyper_changes"] += changes
+                self.save_optimizer()
+        if time.monotonic() - self.last_meta >= META_EVERY_S:
+            self.save_meta()
 
     def loop(self, max_wall_s: float | None) -> tuple[str, str]:
         """Train to the end (or a stop); returns the final (status, message)."""
@@ -271,12 +335,18 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         configure_gpus()
         device = choose_device(config.device)
         engine = Engine(config, device)
+        hyper = None
+        if config.hypergradients:
+            from training.hyper_run import HyperStepper
+
+            hyper = HyperStepper(engine)
         store.update_run(run_id, device=device, versions=versions(), pid=os.getpid())
         store.set_status(run_id, "running")
         record = (lambda s: True) if full_recording else recorder.should_record
         histogram = (lambda s: s % recorder.HISTOGRAM_FACTOR == 0 or s == 1) \
             if full_recording else recorder.should_histogram
-        run = _Run(run_id, store, engine, config.steps, config.eval_every, record, histogram)
+        run = _Run(run_id, store, engine, config.steps, config.eval_every, record, histogram,
+                   hyper=hyper)
         run.buffers["hyper_changes"] = [
             (1, name, None, value, "init")
             for name, value in engine.optimizer.hyper_values().items()
@@ -290,6 +360,7 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         except _Diverged as diverged:
             status, message = "diverged", str(diverged)
         run.flush(wait=True)
+        run.save_meta()
         for command in store.pending_commands(run_id):
             store.finish_command(command["id"], "refused", f"the run {status} at step {run.step}")
         store.set_status(run_id, status, message)

@@ -46,6 +46,11 @@ def init_state() -> None:
         "seed": 0,
         "device": "auto",
         "eval_every": 25,
+        "hg_follow": False,  # hyper-gradients: follow them (RunConfig.hypergradients)
+        "hg_every": 5,
+        "hg_reverse_horizon": 0,
+        "hg_reverse_every": 50,
+        "hg_autotune_every": 10,
     }
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
@@ -141,6 +146,12 @@ def setup_config() -> RunConfig:
         seed=int(state["seed"]),
         device="" if state["device"] == "auto" else state["device"],
         eval_every=int(state["eval_every"]),
+        hypergradients=list(state.get(f"hg_names_{optimizer}", [s.name for s in specs]))
+        if state["hg_follow"] else [],
+        hypergradient_every=int(state["hg_every"]),
+        reverse_horizon=int(state["hg_reverse_horizon"]) if state["hg_follow"] else 0,
+        reverse_every=int(state["hg_reverse_every"]),
+        autotune_every=int(state["hg_autotune_every"]),
     )
 
 
@@ -244,11 +255,31 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
         if state["device"] not in devices:
             state["device"] = "auto"
         st.selectbox("device", devices, key="device", help="auto = first GPU, else CPU")
+        hypergradient_widgets(optimizer, specs)
         bad = invalid_hypers(specs, values)
         st.button("Start", key="start", type="primary", on_click=on_start,
                   width="stretch", disabled=bool(bad) or not specs)
         for message in state["start_errors"]:
             st.error(message)
+
+
+def hypergradient_widgets(optimizer: str, specs) -> None:
+    """The Setup's "Hyper-gradients" expander (watched on the Hyper-gradients page)."""
+    with st.expander("Hyper-gradients"):
+        st.checkbox("follow hyper-gradients", key="hg_follow",
+                    help="train through forward mode and record dE_val/dλ (exact and one-step)")
+        names = [s.name for s in specs]
+        st.multiselect("hyperparameters", names, default=names, key=f"hg_names_{optimizer}",
+                       disabled=not st.session_state["hg_follow"])
+        left, right = st.columns(2)
+        left.number_input("every (steps)", min_value=1, max_value=10_000, key="hg_every",
+                          help="steps between hyper-gradient records")
+        right.number_input("reverse horizon T", min_value=0, max_value=200, key="hg_reverse_horizon",
+                           help="truncated reverse mode over the last T steps (0 = off)")
+        left.number_input("reverse every", min_value=1, max_value=100_000, key="hg_reverse_every")
+        right.number_input("auto-tune every K", min_value=1, max_value=10_000,
+                           key="hg_autotune_every", help="steps between RTHO updates (switched "
+                           "on per hyperparameter on the Hyper-gradients page)")
 
 
 # ----- live area ------------------------------------------------------------------------------

@@ -1,0 +1,301 @@
+"""The Hyper-gradients page: d(validation loss)/d(hyperparameter) of a live run, its cost,
+online tuning (RTHO), response slices and the correctness proof.
+
+Thin on purpose: no TensorFlow maths here. The run process computes everything
+(`training.hyper_run`) and writes it to the run store; this page reads the store every 0.5 s
+(`st.fragment`), sends `autotune` / `response_slice` commands, and runs the correctness check
+as a subprocess (`python -m training.correctness`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from components import figures
+from components import hypergrad_figures as hf
+from optimizers import registry
+from training.store import ACTIVE_STATUSES, RunStore, default_store_path
+
+REFRESH_S = 0.5
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+CORRECTNESS_TIMEOUT_S = 600
+SESSION_RUN_KEY = "run_id"  # the run this session started last (set by views/train.py)
+FD_EXPLANATION = """
+**Why a tanh model in float64?** Forward and reverse mode compute the *same* derivative
+(Franceschi et al. 2017, sec. 3), so they agree to round-off. Central finite differences
+`(E(λ+h) − E(λ−h)) / 2h` only approximate it when the validation loss after T steps is a
+*smooth* function of λ. In a ReLU network trained with Adam it is not: a tiny change of λ
+moves the weights a little, and somewhere along the trajectory a unit whose pre-activation was
+near 0 switches on or off (dead units come back, live ones die). The loss is then piecewise in λ
+and the difference quotient measures those jumps instead of the slope; Adam's normalised,
+sign-like steps make every small gradient count, so it happens often. tanh has no kinks, and
+float64 keeps the quotient's round-off (~1e-16/h) far below the 1e-4 tolerance.
+"""
+
+
+@st.cache_resource(show_spinner=False)
+def _store(path: str) -> RunStore:
+    return RunStore(path)
+
+
+def store() -> RunStore:
+    """The run store of `$OPTIMIZER_LAB_HOME` (read per call, so tests can point it elsewhere)."""
+    return _store(str(default_store_path()))
+
+
+@st.cache_data(show_spinner=False)
+def specs_of(optimizer: str, options_json: str) -> dict[str, Any]:
+    return {s.name: s for s in registry.specs(optimizer, json.loads(options_json))}
+
+
+def run_specs(run: dict[str, Any]) -> dict[str, Any]:
+    config = run["config"]
+    try:
+        return specs_of(config["optimizer"], json.dumps(config.get("options", {}), sort_keys=True))
+    except (KeyError, ValueError):
+        return {}
+
+
+def default_eta(spec) -> float:
+    """A starting hyper learning rate: dimensionless in log space, small in linear space.
+
+    0.1 on digits/MLP/Adam moves the learning rate steadily (1e-4 -> 4.4e-4 in 600 steps,
+    validation loss 0.100 vs 0.116 for a fixed 1e-3); 1.0 hits the x/÷2 cap and oscillates."""
+    return 0.1 if spec is not None and spec.log_scale else 1e-3
+
+
+def run_label(runs_table: pd.DataFrame, run_id: int) -> str:
+    r = runs_table.loc[runs_table["id"] == run_id].iloc[0]
+    config = json.loads(r["config"])
+    followed = config.get("hypergradients") or []
+    tag = f"follows {', '.join(followed)}" if followed else "no hyper-gradients"
+    return f"#{run_id} {r['optimizer']} on {r['dataset']}/{r['model']} - {r['status']} · {tag}"
+
+
+# ----- commands -----------------------------------------------------------------------------
+def on_autotune(run_id: int, name: str) -> None:
+    from training import runs
+
+    state = st.session_state
+    on = state.get(f"hg_auto_{run_id}_{name}", False)
+    eta = state.get(f"hg_eta_{run_id}_{name}")
+    try:
+        command = runs.autotune(store(), run_id, name, float(eta) if on else None)
+    except (KeyError, ValueError) as error:
+        state["hg_messages"] = [("error", str(error.args[0] if error.args else error))]
+        return
+    text = f"auto-tune {name} {'on, eta = ' + format(float(eta), '.3g') if on else 'off'}"
+    state["hg_messages"] = [("success", f"{text} sent to run #{run_id} (command {command})")]
+
+
+def on_slice(run_id: int) -> None:
+    from training import runs
+
+    state = st.session_state
+    try:
+        command = runs.response_slice(store(), run_id, state[f"hg_slice_name_{run_id}"],
+                                      int(state[f"hg_slice_horizon_{run_id}"]))
+    except (KeyError, ValueError) as error:
+        state["hg_messages"] = [("error", str(error.args[0] if error.args else error))]
+        return
+    state[f"hg_slice_request_{run_id}"] = command
+    state["hg_messages"] = [("info", f"response slice requested (command {command})")]
+
+
+def run_correctness(config: dict[str, Any]) -> dict[str, Any]:
+    """`python -m training.correctness` for the run's optimizer, hypers and options."""
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([str(PROJECT_ROOT),
+                                           *filter(None, [os.environ.get("PYTHONPATH")])]))
+    args = [sys.executable, "-m", "training.correctness", "--optimizer", config["optimizer"],
+            "--hypers", json.dumps(config.get("hyperparameters", {})),
+            "--options", json.dumps(config.get("options", {}))]
+    try:
+        done = subprocess.run(args, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True,
+                              timeout=CORRECTNESS_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"error": f"the check took longer than {CORRECTNESS_TIMEOUT_S} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return {"error": f"the check failed (exit {done.returncode}): {done.stderr[-800:]}"}
+    return json.loads(lines[-1])
+
+
+# ----- sections -------------------------------------------------------------------------------
+def chart(fig, key: str) -> None:
+    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
+
+
+def autotune_controls(run: dict[str, Any]) -> None:
+    rid, specs = run["id"], run_specs(run)
+    meta = run.get("hypergradient_meta") or {}
+    live = meta.get("autotune", run["config"].get("autotune") or {})
+    active = run["status"] in ACTIVE_STATUSES
+    st.markdown("**Auto-tune (RTHO)**: every K = "
+                f"{run['config'].get('autotune_every', 10)} steps, λ ← λ − η·dE/dλ "
+                "(in log space for log-scale hyperparameters), projected onto the allowed range "
+                "and written with `_set_hyper`.")
+    for name in run["config"].get("hypergradients") or []:
+        spec = specs.get(name)
+        left, right = st.columns([1, 1])
+        on_key, eta_key = f"hg_auto_{rid}_{name}", f"hg_eta_{rid}_{name}"
+        st.session_state.setdefault(on_key, name in live)
+        st.session_state.setdefault(eta_key, float(live.get(name, default_eta(spec))))
+        left.toggle(f"auto-tune {name}", key=on_key, disabled=not active,
+                    on_change=on_autotune, args=(rid, name))
+        right.number_input(f"η for {name}", key=eta_key, min_value=1e-9, format="%.3g",
+                           disabled=not active, on_change=on_autotune, args=(rid, name),
+                           help="hyper learning rate (dimensionless for log-scale "
+                                "hyperparameters: the log step is η·λ·dE/dλ, capped at ×/÷2)")
+
+
+def slice_controls(run: dict[str, Any]) -> None:
+    rid = run["id"]
+    followed = run["config"].get("hypergradients") or []
+    st.markdown("**Response slice**: from the current state, the validation loss after T more "
+                "steps (on the run's next batches; the run itself does not move) for 9 values "
+                "around the current one; the dashed line is the hyper-gradient of that same "
+                "function, i.e. its tangent at the current value.")
+    left, mid, right = st.columns([2, 1, 1])
+    left.selectbox("hyperparameter", followed, key=f"hg_slice_name_{rid}")
+    st.session_state.setdefault(f"hg_slice_horizon_{rid}", 20)
+    mid.number_input("horizon T", min_value=1, max_value=200, step=5,
+                     key=f"hg_slice_horizon_{rid}")
+    right.button("Compute slice", key=f"hg_slice_button_{rid}", on_click=on_slice, args=(rid,),
+                 disabled=run["status"] not in ACTIVE_STATUSES, width="stretch")
+
+
+def correctness_panel(run: dict[str, Any] | None) -> None:
+    st.subheader("Correctness: forward = reverse = finite differences")
+    config = run["config"] if run else {"optimizer": registry.DEFAULT_OPTIMIZER}
+    st.caption(f"{config['optimizer']} with the run's hyperparameters "
+               f"{json.dumps(config.get('hyperparameters', {}))}, a 5-6-3 tanh model on 120 "
+               "examples, 30 steps of batch 24, float64, every hyperparameter; tolerances "
+               "relative 1e-8 (forward vs reverse) and 1e-4 (forward vs central differences).")
+    key = f"hg_check_{json.dumps(config.get('optimizer'))}_{json.dumps(config.get('hyperparameters', {}), sort_keys=True)}_{json.dumps(config.get('options', {}), sort_keys=True)}"
+    if st.button("Run the check", key="hg_check_button"):
+        with st.spinner("Training the check model three ways (forward, reverse, finite "
+                        "differences)..."):
+            st.session_state[key] = run_correctness(config)
+    result = st.session_state.get(key)
+    if result is not None:
+        if "error" in result:
+            st.error(result["error"])
+        else:
+            table = pd.DataFrame(result["rows"])
+            if result["passed"]:
+                st.success(f"PASS · all {len(table)} hyperparameters within tolerance")
+            else:
+                failed = ", ".join(table.loc[~table["passed"], "hyperparameter"])
+                st.error(f"FAIL · {failed} outside tolerance")
+            st.dataframe(table, hide_index=True, width="stretch", column_config={
+                c: st.column_config.NumberColumn(format="%.6e")
+                for c in ("forward", "reverse", "finite_difference", "rel_err_forward_reverse",
+                          "rel_err_forward_fd")})
+    with st.expander("Why not check a ReLU + Adam run with finite differences?"):
+        st.markdown(FD_EXPLANATION)
+
+
+def live_body(run_id: int, was_active: bool) -> None:
+    try:
+        run = store().run(run_id)
+    except KeyError:
+        st.warning(f"run #{run_id} is no longer in the store")
+        return
+    active = run["status"] in ACTIVE_STATUSES
+    if was_active and not active:
+        st.rerun(scope="app")
+    meta = run.get("hypergradient_meta") or {}
+    st.markdown(f"**Run #{run_id}** · status **{run['status']}** · step "
+                f"{run['step']}/{run['total_steps']} · traces {run['traces']} (1 = no retrace)")
+    cols = st.columns(5)
+    for col, (label, value, help_text) in zip(cols, hf.cost_metrics(meta)):
+        col.metric(label, value, help=help_text)
+    grads = store().hypergradients(run_id)
+    symlog = st.session_state.get(f"hg_symlog_{run_id}", False)
+    chart(hf.hypergradient_figure(grads, uirevision=run_id, symlog=symlog), f"hg_fig_{run_id}")
+    specs = run_specs(run)
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown("**Hyperparameter trace** (◆ = change by the user or auto-tune)")
+        changes = store().hyper_changes(run_id)
+        followed = run["config"].get("hypergradients") or []
+        shown = changes[changes["name"].isin(followed)] if followed else changes
+        log_names = tuple(n for n, s in specs.items() if s.log_scale)
+        chart(figures.hyper_trace_figure(shown, run["step"], uirevision=run_id,
+                                         log_names=log_names), f"hg_trace_{run_id}")
+    with right:
+        slices = store().response_slices(run_id)
+        rows = hf.latest_slice(slices)
+        name = str(rows["name"].iloc[0]) if not rows.empty else ""
+        spec = specs.get(name)
+        commands = store().commands(run_id)
+        pending = commands[(commands["kind"] == "response_slice")
+                           & (commands["status"] == "pending")]
+        horizon = None
+        done = commands[(commands["kind"] == "response_slice") & (commands["status"] == "done")]
+        if not rows.empty and not done.empty:
+            match = done[done["id"] == int(rows["request_id"].iloc[0])]
+            if not match.empty:
+                horizon = json.loads(match["payload"].iloc[0]).get("horizon")
+        if not pending.empty:
+            st.info("computing a response slice in the run process...")
+        chart(hf.response_slice_figure(rows, uirevision=f"{run_id}-slice",
+                                       log_x=bool(spec and spec.log_scale), horizon=horizon),
+              f"hg_slice_{run_id}")
+        refused = commands[commands["kind"].isin(["autotune", "response_slice"])
+                           & (commands["status"] == "refused")]
+        for _, row in refused.tail(2).iterrows():
+            st.warning(f"command {row['id']} {row['kind']} refused: {row['message']}")
+
+
+def main() -> None:
+    st.title("Optimizer Lab · Hyper-gradients")
+    st.caption("dE_val/dλ: how the validation loss at the current weights would change if a "
+               "hyperparameter had been slightly different over the whole run so far "
+               "(forward mode, Franceschi et al. 2017), next to the one-step approximation of "
+               "hypergradient descent (Baydin et al. 2018) and truncated reverse mode.")
+    runs_table = store().runs()
+    ids = [int(i) for i in runs_table["id"]]
+    if not ids:
+        st.info("No run yet: on the **Train** page, open **Hyper-gradients** in the Setup "
+                "sidebar, tick *follow hyper-gradients* and press **Start**.")
+        correctness_panel(None)
+        return
+    state = st.session_state
+    if state.get("hg_run") not in ids:
+        mine = state.get(SESSION_RUN_KEY)
+        with_hg = [i for i in ids if json.loads(
+            runs_table.loc[runs_table["id"] == i, "config"].iloc[0]).get("hypergradients")]
+        state["hg_run"] = mine if mine in ids else (with_hg[0] if with_hg else ids[0])
+    st.selectbox("run", ids, key="hg_run", format_func=lambda i: run_label(runs_table, i),
+                 help="this session's run by default (the Train page's last started run)")
+    run = store().run(int(state["hg_run"]))
+    if not run["config"].get("hypergradients"):
+        st.info(f"Run #{run['id']} does not follow hyper-gradients. On the **Train** page open "
+                "**Hyper-gradients** in the Setup sidebar, tick *follow hyper-gradients* and "
+                "start a run.")
+    else:
+        active = run["status"] in ACTIVE_STATUSES
+        st.checkbox("asinh scale (keeps signs, compresses decades)", key=f"hg_symlog_{run['id']}")
+        st.fragment(run_every=REFRESH_S if active else None)(live_body)(run["id"], active)
+        for level, text in st.session_state.get("hg_messages", []):
+            getattr(st, level)(text)
+        left, right = st.columns(2)
+        with left:
+            autotune_controls(run)
+        with right:
+            slice_controls(run)
+    st.divider()
+    correctness_panel(run)
+
+
+main()
