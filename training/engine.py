@@ -147,7 +147,8 @@ class Engine:
             `record` nor `with_histograms` (the compiled step skips them).
         """
         level = _LEVELS[2 if with_histograms else 1 if record else 0]
-        return self._train(tf.constant(self.order.next()), level)
+        with tf.device(self.device):  # an XLA-compiled call runs where it is called from
+            return self._train(tf.constant(self.order.next()), level)
 
     def evaluate(self) -> tuple[float, float]:
         """(validation loss in nats, validation accuracy in [0, 1]) on the whole split."""

@@ -288,7 +288,9 @@ def run_label(runs_table: pd.DataFrame, run_id: int) -> str:
     if row.empty:
         return f"#{run_id}"
     r = row.iloc[0]
-    return f"#{run_id} {r['optimizer']} on {r['dataset']}/{r['model']} - {r['status']} ({r['step']}/{r['total_steps']})"
+    # No live status here: the selector is outside the refreshing fragment, so a status in
+    # the label would go stale while the run trains (the status line below is live).
+    return f"#{run_id} {r['optimizer']} on {r['dataset']}/{r['model']}, {r['total_steps']} steps"
 
 
 def status_line(run: dict[str, Any], scalars: pd.DataFrame) -> str:
@@ -419,13 +421,24 @@ def live_body(run_id: int, was_active: bool) -> None:
     commands = store().commands(run_id)
     for _, row in commands[commands["status"] == "refused"].tail(3).iterrows():
         st.warning(f"command {row['id']} {row['kind']} {row['payload']} refused: {row['message']}")
-    curves, slots, config = st.tabs(["Curves", "Slots", "Config"])
-    with curves:
-        curves_tab(run, scalars)
-    with slots:
-        slots_tab(run)
-    with config:
-        config_tab(run)
+    views = {
+        "Curves": lambda: curves_tab(run, scalars),
+        "Slots": lambda: slots_tab(run),
+        "Config": lambda: config_tab(run),
+    }
+    if active:
+        # While training, only the chosen view is rebuilt every REFRESH_S: redrawing every
+        # hidden tab's charts twice a second left the browser (on 2 busy cores) mid-redraw,
+        # with blank charts in most frames.
+        choice = st.segmented_control(
+            "view", list(views), key="live_view", default="Curves",
+            help="only the chosen view refreshes live while the run trains",
+        )
+        views[choice or "Curves"]()
+        return
+    for tab, show in zip(st.tabs(list(views)), views.values()):
+        with tab:
+            show()
 
 
 def main() -> None:

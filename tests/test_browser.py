@@ -1,0 +1,100 @@
+"""The real thing: headless Debian Chromium (Playwright) against `streamlit run app.py`.
+
+Starts a run on the Train page, sees the loss chart fill, changes the learning rate mid-run and
+sees the new value in the hyperparameter changes table; visits every page; fails on any
+Streamlit exception box. Screenshots go to tests/artifacts/ (kept by CI as artefacts).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from _streamlit_server import streamlit_server
+
+pytestmark = pytest.mark.browser
+CHROMIUM = shutil.which("chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+PAGES = ["hypergrad", "inside_step", "landscape", "plugins", "runs"]
+
+
+@pytest.fixture(scope="module")
+def browser_page(tmp_path_factory):
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    home = tmp_path_factory.mktemp("lab-home")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with streamlit_server(home) as url, playwright_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.set_default_timeout(90_000)
+        yield url, page
+        browser.close()
+
+
+def no_exception(page, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    boxes = page.locator('[data-testid="stException"]')
+    assert boxes.count() == 0, boxes.first.inner_text()
+
+
+def set_number(page, label: str, value: str) -> None:
+    box = page.get_by_role("spinbutton", name=label, exact=True)
+    box.fill(value)
+    box.press("Enter")
+
+
+def test_train_flow_with_live_learning_rate_change(browser_page):
+    url, page = browser_page
+    page.goto(url)
+    page.get_by_role("button", name="Start").wait_for()
+    set_number(page, "steps", "100000")
+    page.wait_for_timeout(1500)
+    page.get_by_role("button", name="Start").click()
+    # the status line shows the run training and its step advancing
+    status = page.get_by_text(re.compile(r"status running · step [1-9]\d*"))
+    status.wait_for(timeout=120_000)
+    loss_chart = page.locator(".js-plotly-plot").first
+    loss_chart.wait_for()
+    page.wait_for_function(
+        "() => { const p = document.querySelector('.js-plotly-plot');"
+        " return p && p.data && p.data.length && p.data[0].x.length > 5; }",
+        timeout=120_000,
+    )
+    first = page.evaluate("() => document.querySelector('.js-plotly-plot').data[0].x.length")
+    page.wait_for_timeout(2500)
+    later = page.evaluate("() => document.querySelector('.js-plotly-plot').data[0].x.length")
+    assert later > first, "the loss chart did not update live"
+    no_exception(page, "train-running")
+
+    set_number(page, "learning_rate", "5.00e-3")
+    page.get_by_text("Hyperparameter changes").wait_for()
+    page.locator("table").filter(has_text="learning_rate").filter(has_text="0.005").wait_for(
+        timeout=60_000
+    )
+    no_exception(page, "train-after-lr-change")
+
+    page.get_by_role("button", name="Pause").click()
+    page.get_by_text(re.compile(r"status paused")).wait_for(timeout=60_000)
+    page.get_by_role("button", name="Resume").click()
+    page.get_by_text(re.compile(r"status running")).wait_for(timeout=60_000)
+    page.get_by_role("button", name="Stop").click()
+    page.get_by_text(re.compile(r"status stopped")).wait_for(timeout=60_000)
+    no_exception(page, "train-stopped")
+
+
+@pytest.mark.parametrize("name", PAGES)
+def test_every_page_renders_without_exception(browser_page, name):
+    url, page = browser_page
+    page.goto(f"{url}/{name}")
+    page.locator('[data-testid="stMain"]').wait_for()
+    page.wait_for_timeout(6000)
+    no_exception(page, f"page-{name}")
