@@ -63,7 +63,11 @@ def hyper_specs() -> dict[str, Any]:
         if "inner" in registry.option_defaults(name):
             option_sets += [{"inner": inner} for inner in registry.names() if inner != name]
         for options in option_sets:
-            for spec in registry.specs(name, options):
+            try:
+                specs = registry.specs(name, options)
+            except ValueError:  # e.g. a wrapper around a wrapper
+                continue
+            for spec in specs:
                 out.setdefault(spec.name, spec)
     return out
 

@@ -52,7 +52,7 @@ class GradientAccumulation(RuleOptimizer):
     Raises:
         InvalidHyperparameter: an inner hyperparameter outside its range.
         KeyError: `inner` is not a registered name.
-        ValueError: `inner="accumulation"`, or `accumulation_steps` not an int >= 1.
+        ValueError: `inner="accumulation"` or a non-rule optimizer ("lookahead"), or `accumulation_steps` not an int >= 1.
         TypeError: an unknown keyword argument.
     """
 
@@ -63,6 +63,8 @@ class GradientAccumulation(RuleOptimizer):
 
         if inner == "accumulation":
             raise ValueError("option inner='accumulation' refused: cannot wrap itself")
+        if inner in registry.OPTIMIZERS and not registry.is_rule(inner):
+            raise ValueError(f"option inner={inner!r} refused: accumulation wraps a plain rule")
         if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or (
             accumulation_steps < 1
         ):

@@ -25,6 +25,10 @@ SLOW_STEP_SIZE = HyperSpec(
     reference=LOOKAHEAD_REFERENCE, low_inclusive=False,
 )
 
+# Keywords of OptimizerV2 itself; any other keyword of Lookahead is an inner hyperparameter.
+_BASE_KWARGS = ("clipnorm", "clipvalue", "global_clipnorm", "lr", "decay",
+                "gradient_aggregator", "gradient_transformers")
+
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
 class Lookahead(LegacyOptimizer):
@@ -67,46 +71,118 @@ class Lookahead(LegacyOptimizer):
     optimizers' slots and step counters (slots are restored when they are created, at the first
     step after the restore or by `_create_all_weights`, as for any OptimizerV2).
 
-    Not in the registry: the Train page, the run process and the hyper-gradient engine need a
-    `RuleOptimizer` (`hyperparameter_specs`, `slot_names_for_rule`, pure `coefficients` /
-    `update`); Lookahead's step is `inner.apply_gradients` followed by assignments.
+    In the registry as "lookahead" (option `inner`, a registry name of a plain rule): it offers
+    the engine's API of a `RuleOptimizer` without being one. `hyperparameter_specs()` /
+    `spec()` / `hyper_values()` / `_set_hyper` cover its own hyperparameters then the inner
+    optimizer's (delegated, validated there), and `slot_names_for_rule()` / `get_slot()` name
+    `slow` then the inner slots, so the Train page plots them and changes any of them live. It has
+    no pure `coefficients` / `update`, so hyper-gradients refuse it (`RunConfig`).
 
     Args:
-        inner: the wrapped optimizer instance, or a registry name (default "adam").
+        inner: the wrapped optimizer instance, or a registry name (default "adam"; not
+            "lookahead" or "accumulation").
         sync_period, slow_step_size: as above.
+        **kwargs: OptimizerV2's own (`clipnorm`, `clipvalue`, ...); any other keyword is an inner
+            hyperparameter (`registry.create("lookahead", {"learning_rate": ...})`).
 
     Raises:
         InvalidHyperparameter: a hyperparameter outside its range.
-        KeyError: `inner` is a string that is not a registered optimizer name.
+        KeyError: `inner` is a string that is not a registered optimizer name, or a keyword
+            that is not a hyperparameter of the inner optimizer.
+        ValueError: `inner` is "lookahead" or "accumulation".
     """
 
     HYPERPARAMETERS = (SYNC_PERIOD, SLOW_STEP_SIZE)
+    OPTIONS = ("inner",)
+    SLOTS = ("slow",)
 
     def __init__(self, inner: Any = "adam", sync_period=6, slow_step_size=0.5, name="Lookahead",
                  **kwargs):
-        super().__init__(name, **kwargs)
-        if isinstance(inner, str):
-            from optimizers import registry
+        own_kwargs = {k: kwargs.pop(k) for k in _BASE_KWARGS if k in kwargs}
+        inner_hypers = kwargs  # everything else: the inner optimizer's hyperparameters
+        super().__init__(name, **own_kwargs)
+        from optimizers import registry
 
-            inner = registry.create(inner)
-        if not isinstance(inner, LegacyOptimizer):
+        if isinstance(inner, str):
+            if inner in ("lookahead", "accumulation"):
+                raise ValueError(f"option inner={inner!r} refused: Lookahead wraps a plain rule")
+            inner = registry.create(inner, inner_hypers)
+        elif isinstance(inner, LegacyOptimizer):
+            for key, value in inner_hypers.items():
+                inner._set_hyper(key, value)
+        else:
             raise TypeError(f"inner={inner!r} refused: must be an OptimizerV2 or a registry name")
         self.inner = inner
         self._track_trackable(inner, name="inner_optimizer")
         self._set_hyper("sync_period", sync_period)
         self._set_hyper("slow_step_size", slow_step_size)
 
+    # ----- the engine's API (same names as RuleOptimizer) -----------------------------------
+    def _own_spec_names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.HYPERPARAMETERS)
+
+    def _inner_specs(self) -> tuple[HyperSpec, ...]:
+        specs = getattr(self.inner, "hyperparameter_specs", None)
+        return tuple(specs()) if specs is not None else ()
+
     def hyperparameter_specs(self) -> tuple[HyperSpec, ...]:
-        return self.HYPERPARAMETERS
+        """Own specs (`sync_period`, `slow_step_size`) then the inner optimizer's."""
+        return tuple(self.HYPERPARAMETERS) + self._inner_specs()
+
+    def spec(self, name: str) -> HyperSpec:
+        """The `HyperSpec` named `name` (own or inner).
+
+        Raises:
+            KeyError: no such hyperparameter (message lists the known names).
+        """
+        for spec in self.hyperparameter_specs():
+            if spec.name == name:
+                return spec
+        known = ", ".join(s.name for s in self.hyperparameter_specs())
+        raise KeyError(f"{type(self).__name__} has no hyperparameter {name!r}; known: {known}")
+
+    def hyper_values(self) -> dict[str, float]:
+        """Every hyperparameter (own, then inner) as a Python float."""
+        out = {n: shortest_float(self._serialize_hyperparameter(n)) for n in self._own_spec_names()}
+        if hasattr(self.inner, "hyper_values"):
+            out.update(self.inner.hyper_values())
+        return out
 
     def _set_hyper(self, name, value):
-        spec = {s.name: s for s in self.HYPERPARAMETERS}[name]
-        super()._set_hyper(name, spec.validate(value))
+        """Validate then set: own names here, the inner optimizer's names on `self.inner`."""
+        if name in self._own_spec_names():
+            spec = {s.name: s for s in self.HYPERPARAMETERS}[name]
+            super()._set_hyper(name, spec.validate(value))
+        elif name in {s.name for s in self._inner_specs()}:
+            self.inner._set_hyper(name, value)  # the inner optimizer validates
+        else:
+            self.spec(name)  # raises KeyError listing the known names
+
+    def slot_names_for_rule(self) -> tuple[str, ...]:
+        """`slow` then the inner optimizer's slots: every slot `get_slot(var, name)` answers."""
+        inner = getattr(self.inner, "slot_names_for_rule", None)
+        inner_names = tuple(inner()) if inner is not None else tuple(self.inner.get_slot_names())
+        return self.SLOTS + tuple(n for n in inner_names if n not in self.SLOTS)
+
+    def get_slot(self, var, slot_name):
+        """This optimizer's `slow`; any other name is looked up in the inner optimizer.
+
+        `get_slot_names()` stays this optimizer's own (`slow`): see the class docstring
+        (`tf.train.Checkpoint` walks `get_slot_names`, so the inner slots are not listed there).
+        """
+        if slot_name in self.SLOTS:
+            return super().get_slot(var, slot_name)
+        return self.inner.get_slot(var, slot_name)
 
     # ----- weights --------------------------------------------------------------------------
     def _create_slots(self, var_list):
         for var in var_list:
             self.add_slot(var, "slow", initializer=var)
+
+    def _create_all_weights(self, var_list):
+        """Own hypers and `slow` slots, and the inner optimizer's weights (all before a trace)."""
+        super()._create_all_weights(var_list)
+        self.inner._create_all_weights(var_list)
 
     def slot_names_with_inner(self) -> list[str]:
         """This optimizer's slot names (`slow`) then the inner optimizer's."""

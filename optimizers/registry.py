@@ -8,7 +8,7 @@ instantiated from user input: nothing named in a config is imported or evaluated
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Union
 
 from optimizers.accumulation import GradientAccumulation
 from optimizers.adagrad import Adagrad
@@ -17,10 +17,18 @@ from optimizers.adamw import AdamW
 from optimizers.base import RuleOptimizer
 from optimizers.diffgrad import DiffGrad
 from optimizers.hyperparams import HyperSpec, InvalidHyperparameter
+from optimizers.lookahead import LegacyOptimizer, Lookahead
 from optimizers.rmsprop import RMSprop
 from optimizers.sgd import SGD
 
-OPTIMIZERS: dict[str, type[RuleOptimizer]] = {
+# What the engine, recorder and run process call on an optimizer besides OptimizerV2's own API.
+# A `RuleOptimizer` has all of them; a wrapper such as `Lookahead` implements them itself (it has
+# no pure `coefficients` / `update`, so hyper-gradients refuse it: see `is_rule`).
+ENGINE_METHODS = ("hyperparameter_specs", "spec", "hyper_values", "slot_names_for_rule",
+                  "_set_hyper", "get_slot")
+OptimizerClass = Union[type[RuleOptimizer], type[LegacyOptimizer]]
+
+OPTIMIZERS: dict[str, OptimizerClass] = {
     "adam": Adam,
     "sgd": SGD,
     "adamw": AdamW,
@@ -28,7 +36,10 @@ OPTIMIZERS: dict[str, type[RuleOptimizer]] = {
     "adagrad": Adagrad,
     "diffgrad": DiffGrad,
     "accumulation": GradientAccumulation,
+    "lookahead": Lookahead,
 }
+# Wrappers whose `inner` option must name a plain rule (neither of them).
+WRAPPERS = ("accumulation", "lookahead")
 DEFAULT_OPTIMIZER = "adam"
 
 
@@ -37,7 +48,7 @@ def names() -> list[str]:
     return list(OPTIMIZERS)
 
 
-def get(name: str) -> type[RuleOptimizer]:
+def get(name: str) -> OptimizerClass:
     """The class registered as `name`.
 
     Raises:
@@ -49,16 +60,29 @@ def get(name: str) -> type[RuleOptimizer]:
         raise KeyError(f"optimizer={name!r} is unknown; known: {', '.join(OPTIMIZERS)}") from None
 
 
-def register(name: str, cls: type[RuleOptimizer]) -> None:
+def has_engine_api(cls: Any) -> bool:
+    """True for an OptimizerV2 subclass with every method of `ENGINE_METHODS`."""
+    return (inspect.isclass(cls) and issubclass(cls, LegacyOptimizer)
+            and all(callable(getattr(cls, m, None)) for m in ENGINE_METHODS))
+
+
+def is_rule(name: str) -> bool:
+    """True when optimizer `name` is a `RuleOptimizer` (pure rule: hyper-gradients work)."""
+    return issubclass(get(name), RuleOptimizer)
+
+
+def register(name: str, cls: OptimizerClass) -> None:
     """Add an optimizer class (used for plugins that passed their contract check).
 
     Raises:
-        ValueError: `name` is taken or `cls` is not a `RuleOptimizer` subclass.
+        ValueError: `name` is taken, or `cls` is neither a `RuleOptimizer` subclass nor an
+            OptimizerV2 subclass with the engine's methods (`ENGINE_METHODS`).
     """
     if name in OPTIMIZERS:
         raise ValueError(f"optimizer name {name!r} is already registered")
-    if not (inspect.isclass(cls) and issubclass(cls, RuleOptimizer)):
-        raise ValueError(f"{cls!r} is not a RuleOptimizer subclass")
+    if not (inspect.isclass(cls) and (issubclass(cls, RuleOptimizer) or has_engine_api(cls))):
+        raise ValueError(f"{cls!r} is not a RuleOptimizer subclass (nor an OptimizerV2 with "
+                         f"{', '.join(ENGINE_METHODS)})")
     OPTIMIZERS[name] = cls
 
 
@@ -90,10 +114,13 @@ def validate_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
                 f"option {key}={value!r} refused: must be a {expected.__name__}"
             )
         out[key] = value
-    if name == "accumulation":
+    if name in WRAPPERS:
         get(out["inner"])  # only registered rules can be wrapped
-        if out["inner"] == "accumulation":
-            raise ValueError("option inner='accumulation' refused: cannot wrap itself")
+        if out["inner"] == name:
+            raise ValueError(f"option inner={name!r} refused: cannot wrap itself")
+        if out["inner"] in WRAPPERS or not is_rule(out["inner"]):
+            raise ValueError(f"option inner={out['inner']!r} refused: {name} wraps a plain rule "
+                             f"(not {', '.join(WRAPPERS)})")
     return out
 
 
@@ -122,7 +149,7 @@ def validate_hypers(
 
 def create(
     name: str, hypers: dict[str, Any] | None = None, options: dict[str, Any] | None = None
-) -> RuleOptimizer:
+) -> LegacyOptimizer:
     """Instantiate optimizer `name` with validated hyperparameters and options.
 
     Raises:
@@ -135,6 +162,6 @@ def create(
 
 
 __all__ = [
-    "OPTIMIZERS", "DEFAULT_OPTIMIZER", "InvalidHyperparameter", "create", "get", "names",
-    "option_defaults", "register", "specs", "validate_hypers", "validate_options",
+    "ENGINE_METHODS", "OPTIMIZERS", "DEFAULT_OPTIMIZER", "InvalidHyperparameter", "WRAPPERS",
+    "create", "get", "has_engine_api", "is_rule", "names", "option_defaults", "register", "specs", "validate_hypers", "validate_options",
 ]

@@ -41,7 +41,8 @@ def registry_name(case):
 
 
 def test_every_registered_optimizer_has_a_case():
-    assert {registry_name(c) for c in CASES} == set(registry.names())
+    # Hyper-gradients need a pure rule; RunConfig refuses the others (test_lookahead.py).
+    assert {registry_name(c) for c in CASES} == {n for n in registry.names() if registry.is_rule(n)}
 
 
 def make_problem(case, dtype="float64", activation="tanh", seed=0):

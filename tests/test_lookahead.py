@@ -135,3 +135,64 @@ def test_checkpoint_round_trip_restores_both_optimizers(tmp_path):
     train(restored_model, restored, x, y, 3)  # the next sync (step 6) uses the restored slow
     for a, b in zip(model.trainable_variables, restored_model.trainable_variables):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+
+
+# ----- in the registry: what the engine, the recorder and the run process use ----------------
+def test_registry_creates_it_with_inner_hypers_and_options():
+    opt = registry.create("lookahead", {"learning_rate": 0.05, "sync_period": 3},
+                          {"inner": "sgd"})
+    assert isinstance(opt, Lookahead) and type(opt.inner) is registry.get("sgd")
+    assert [s.name for s in opt.hyperparameter_specs()] == [
+        "sync_period", "slow_step_size", "learning_rate", "momentum"]
+    assert opt.hyper_values() == {"sync_period": 3.0, "slow_step_size": 0.5,
+                                  "learning_rate": 0.05, "momentum": 0.0}
+    assert opt.spec("momentum") is opt.inner.spec("momentum")
+    assert registry.option_defaults("lookahead") == {"inner": "adam"}
+    assert not registry.is_rule("lookahead")
+
+
+@pytest.mark.parametrize("inner", ["lookahead", "accumulation", "nope"])
+def test_inner_must_be_a_plain_registered_rule(inner):
+    with pytest.raises((ValueError, KeyError)):
+        registry.validate_options("lookahead", {"inner": inner})
+    with pytest.raises((ValueError, KeyError)):
+        Lookahead(inner)
+
+
+def test_accumulation_refuses_lookahead_as_inner():
+    with pytest.raises(ValueError, match="plain rule"):
+        registry.validate_options("accumulation", {"inner": "lookahead"})
+
+
+def test_live_hypers_validated_own_and_inner():
+    opt = registry.create("lookahead", {}, {"inner": "adam"})
+    var = tf.Variable([1.0, 2.0])
+    opt.apply_gradients([(tf.constant([0.5, 0.5]), var)])
+    opt._set_hyper("learning_rate", 0.125)  # inner's, assigned to its existing variable
+    opt._set_hyper("slow_step_size", 0.25)
+    assert opt.hyper_values()["learning_rate"] == 0.125 == opt.inner.hyper_values()["learning_rate"]
+    assert opt.hyper_values()["slow_step_size"] == 0.25
+    with pytest.raises(InvalidHyperparameter):
+        opt._set_hyper("learning_rate", -1.0)
+    with pytest.raises(InvalidHyperparameter):
+        opt._set_hyper("sync_period", 0.0)
+    with pytest.raises(KeyError):
+        opt._set_hyper("momentum", 0.5)
+    assert opt.hyper_values()["learning_rate"] == 0.125  # refused values change nothing
+
+
+def test_slots_for_the_recorder_without_listing_inner_slots():
+    opt = registry.create("lookahead", {}, {"inner": "adam"})
+    var = tf.Variable([1.0, 2.0])
+    opt._create_all_weights([var])  # what the engine does before tracing: inner slots too
+    assert opt.slot_names_for_rule() == ("slow", "m", "v")
+    assert opt.get_slot(var, "m") is opt.inner.get_slot(var, "m")
+    assert opt.get_slot_names() == ["slow"]  # checkpoint-safe: inner slots not claimed twice
+
+
+def test_run_config_refuses_hypergradients_for_lookahead():
+    from training.config import RunConfig
+
+    RunConfig(optimizer="lookahead", options={"inner": "sgd"}, hyperparameters={"sync_period": 4})
+    with pytest.raises(ValueError, match="not a pure update rule"):
+        RunConfig(optimizer="lookahead", hypergradients=["learning_rate"])

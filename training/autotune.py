@@ -40,6 +40,12 @@ def project(spec: HyperSpec, value: float) -> float:
     return min(max(value, low), high)
 
 
+def _whole(spec: HyperSpec, value: float) -> float:
+    """Round to a whole number for integer specs (e.g. Lookahead's sync_period); stays in range
+    because both ends of an integer spec are whole."""
+    return float(round(value)) if spec.integer else value
+
+
 def rtho_step(spec: HyperSpec, value: float, hypergradient: float, hyper_learning_rate: float) -> float:
     """One hyper-gradient descent step on `value`, projected onto the allowed range.
 
@@ -66,8 +72,8 @@ def rtho_step(spec: HyperSpec, value: float, hypergradient: float, hyper_learnin
     if spec.log_scale and value > 0:
         log_step = hyper_learning_rate * value * hypergradient
         log_step = max(-MAX_LOG_STEP, min(MAX_LOG_STEP, log_step))
-        return project(spec, value * math.exp(-log_step))
+        return _whole(spec, project(spec, value * math.exp(-log_step)))
     width = spec.high - spec.low if math.isfinite(spec.high - spec.low) else 1.0
     step = hyper_learning_rate * hypergradient
     step = max(-MAX_LINEAR_FRACTION * width, min(MAX_LINEAR_FRACTION * width, step))
-    return project(spec, value - step)
+    return _whole(spec, project(spec, value - step))

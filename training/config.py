@@ -40,7 +40,8 @@ class RunConfig(BaseModel):
         eval_every: steps between validation-loss evaluations, 1..10,000.
         dtype: float dtype of the model and optimizer state.
         hypergradients: followed hyperparameter names (each one of the optimizer's specs);
-            empty = hyper-gradients off. When set, the run trains through
+            empty = hyper-gradients off; refused for an optimizer that is not a pure rule
+            (`registry.is_rule`, e.g. lookahead). When set, the run trains through
             `training.forward_mode.ForwardModeTrainer` (forward-mode tangents carried along).
         hypergradient_every: steps between hyper-gradient records (exact and one-step), 1..10,000.
         reverse_horizon: T, the truncation window of reverse mode (0 = off), 0..200.
@@ -92,6 +93,13 @@ class RunConfig(BaseModel):
     def _check_hypergradients(self) -> None:
         names = [s.name for s in registry.specs(self.optimizer, self.options)]
         followed = list(dict.fromkeys(self.hypergradients))
+        if followed and not registry.is_rule(self.optimizer):
+            raise ValueError(
+                f"hypergradients={followed} refused: {self.optimizer} is not a pure update rule "
+                "(no differentiable coefficients/update, its step is an apply_gradients "
+                "override); hyper-gradients need a RuleOptimizer such as "
+                f"{', '.join(n for n in registry.names() if registry.is_rule(n))}"
+            )
         for name in followed:
             if name not in names:
                 raise ValueError(

@@ -158,7 +158,11 @@ class Engine:
     def hyper_variables(self) -> list[dict]:
         """`{name, variable, dtype, shape, value}` for every `_hyper` entry that is a variable."""
         out = []
-        for name, var in self.optimizer._hyper.items():
+        hypers = dict(self.optimizer._hyper)
+        inner = getattr(self.optimizer, "inner", None)  # a wrapper's inner optimizer (Lookahead)
+        if isinstance(inner, tf_keras.optimizers.legacy.Optimizer):
+            hypers.update({k: v for k, v in inner._hyper.items() if k not in hypers})
+        for name, var in hypers.items():
             if isinstance(var, tf.Variable):
                 out.append({
                     "name": name, "variable": var.name, "dtype": var.dtype.name,

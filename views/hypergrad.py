@@ -176,6 +176,10 @@ def slice_controls(run: dict[str, Any]) -> None:
 def correctness_panel(run: dict[str, Any] | None) -> None:
     st.subheader("Correctness: forward = reverse = finite differences")
     config = run["config"] if run else {"optimizer": registry.DEFAULT_OPTIMIZER}
+    if config["optimizer"] in registry.OPTIMIZERS and not registry.is_rule(config["optimizer"]):
+        st.info(f"{config['optimizer']} is a wrapper that overrides apply_gradients, not a pure "
+                "update rule: it has no hyper-gradients to check.")
+        return
     st.caption(f"{config['optimizer']} with the run's hyperparameters "
                f"{json.dumps(config.get('hyperparameters', {}))}, a 5-6-3 tanh model on 120 "
                "examples, 30 steps of batch 24, float64, every hyperparameter; tolerances "
