@@ -10,6 +10,8 @@ import streamlit as st  # noqa: E402
 st.set_page_config(page_title="Optimizer Lab", layout="wide")
 
 from components.plugin_loader import load_plugins  # noqa: E402
+from components.session_runs import keep_alive  # noqa: E402
+from training.store import RunStore, default_store_path  # noqa: E402
 
 load_plugins()  # import, contract-check and register the plugins folder once per server
 
@@ -23,4 +25,6 @@ PAGES = [
 ]
 
 pg = st.navigation(PAGES)
+with st.sidebar:  # renders nothing: this session's heartbeat and the pool's dispatcher
+    keep_alive(RunStore(default_store_path()))
 pg.run()

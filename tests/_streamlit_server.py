@@ -31,11 +31,13 @@ def health(port: int) -> str:
 
 
 @contextlib.contextmanager
-def streamlit_server(home: Path, timeout_s: float = HEALTH_TIMEOUT_S) -> Iterator[str]:
-    """Run the app on a free port with `OPTIMIZER_LAB_HOME=home`; yield its base URL."""
+def streamlit_server(home: Path, timeout_s: float = HEALTH_TIMEOUT_S,
+                     env: dict[str, str] | None = None) -> Iterator[str]:
+    """Run the app on a free port with `OPTIMIZER_LAB_HOME=home` (plus `env`); yield its base
+    URL."""
     port = free_port()
     env = dict(os.environ, OPTIMIZER_LAB_HOME=str(home), PYTHONPATH=str(ROOT),
-               TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2")
+               TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", **(env or {}))
     log = open(home / "streamlit.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",

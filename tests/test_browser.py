@@ -8,48 +8,26 @@ Streamlit exception box. Screenshots go to tests/artifacts/ (kept by CI as artef
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 
+from _browser import ARGS, CHROMIUM, no_exception, playwright_api, set_number
 from _streamlit_server import streamlit_server
 
 pytestmark = pytest.mark.browser
-CHROMIUM = shutil.which("chromium")
-ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-]
 PAGES = ["hypergrad", "inside_step", "landscape", "plugins", "runs"]
 
 
 @pytest.fixture(scope="module")
 def browser_page(tmp_path_factory):
-    if CHROMIUM is None:
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
-    playwright_api = pytest.importorskip("playwright.sync_api")
+    api = playwright_api()
     home = tmp_path_factory.mktemp("lab-home")
-    ARTIFACTS.mkdir(exist_ok=True)
-    with streamlit_server(home) as url, playwright_api.sync_playwright() as pw:
+    with streamlit_server(home) as url, api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.set_default_timeout(90_000)
         yield url, page
         browser.close()
-
-
-def no_exception(page, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-    boxes = page.locator('[data-testid="stException"]')
-    assert boxes.count() == 0, boxes.first.inner_text()
-
-
-def set_number(page, label: str, value: str) -> None:
-    box = page.get_by_role("spinbutton", name=label, exact=True)
-    box.fill(value)
-    box.press("Enter")
 
 
 def test_train_flow_with_live_learning_rate_change(browser_page):

@@ -8,9 +8,11 @@ so every entry point refuses bad input with the same message naming the field.
 from __future__ import annotations
 
 import math
+import re
+import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from optimizers import registry
 
@@ -23,6 +25,10 @@ COMPATIBLE_MODELS = {
     "moons": ("mlp", "logistic"),
     "tokens": ("embedding",),
 }
+# A logical device name as `training.devices.choose_device` takes it (`/device:GPU:0`, `/CPU:1`,
+# `CPU:1`) or "" for auto: anything else (paths, code) is refused here, before a run starts.
+DEVICE_PATTERN = r"^((/device:|/)?[A-Za-z_]{1,16}:[0-9]{1,4})?$"
+DEVICE_ALLOWED = "a logical device name such as /device:CPU:0 or /device:GPU:1, or \"\" (auto)"
 
 
 class RunConfig(BaseModel):
@@ -36,7 +42,8 @@ class RunConfig(BaseModel):
         batch_size: examples per step, 1..4096.
         steps: optimizer steps (`apply_gradients` calls), 1..1,000,000.
         seed: seeds the split, the initial weights and the batch order, 0..2**31-1.
-        device: a logical device name such as `/device:CPU:0`; "" picks the first GPU, else CPU.
+        device: a logical device name such as `/device:CPU:0` (`DEVICE_PATTERN`); "" picks the
+            first GPU, else CPU.
         eval_every: steps between validation-loss evaluations, 1..10,000.
         dtype: float dtype of the model and optimizer state.
         hypergradients: followed hyperparameter names (each one of the optimizer's specs);
@@ -56,21 +63,28 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     optimizer: str = registry.DEFAULT_OPTIMIZER
-    hyperparameters: dict[str, float] = Field(default_factory=dict)
-    options: dict[str, bool | int | float | str] = Field(default_factory=dict)
+    hyperparameters: dict[str, float] = Field(
+        default_factory=dict, description="an object of hyperparameter name -> number in its "
+                                          "range (optimizers.registry.specs)")
+    options: dict[str, bool | int | float | str] = Field(
+        default_factory=dict, description="an object of option name -> value of the default's "
+                                          "type (optimizers.registry.option_defaults)")
     dataset: Literal["digits", "breast_cancer", "moons", "tokens"] = "digits"
     model: Literal["logistic", "mlp", "cnn", "embedding"] = "mlp"
     batch_size: int = Field(128, ge=1, le=4096)
     steps: int = Field(1000, ge=1, le=1_000_000)
     seed: int = Field(0, ge=0, le=2**31 - 1)
-    device: str = Field("", max_length=64)
+    device: str = Field("", max_length=64, pattern=DEVICE_PATTERN, description=DEVICE_ALLOWED)
     eval_every: int = Field(25, ge=1, le=10_000)
     dtype: Literal["float32", "float64"] = "float32"
-    hypergradients: list[str] = Field(default_factory=list)
+    hypergradients: list[str] = Field(
+        default_factory=list, description="a list of the optimizer's hyperparameter names")
     hypergradient_every: int = Field(5, ge=1, le=10_000)
     reverse_horizon: int = Field(0, ge=0, le=200)
     reverse_every: int = Field(50, ge=1, le=100_000)
-    autotune: dict[str, float] = Field(default_factory=dict)
+    autotune: dict[str, float] = Field(
+        default_factory=dict, description="an object of followed hyperparameter name -> hyper "
+                                          "learning rate in (0, inf)")
     autotune_every: int = Field(10, ge=1, le=10_000)
 
     @model_validator(mode="after")
@@ -120,3 +134,50 @@ class RunConfig(BaseModel):
     def to_json_dict(self) -> dict[str, Any]:
         """A plain dict (JSON-ready) holding every field."""
         return self.model_dump(mode="json")
+
+
+def allowed(field: str) -> str:
+    """What `RunConfig` field `field` accepts, as text for an error message.
+
+    E.g. `an integer in [1, 4096]`, `one of 'float32', 'float64'`; an unknown `field` gives the
+    list of fields.
+    """
+    info = RunConfig.model_fields.get(field)
+    if info is None:
+        return "a field of " + ", ".join(RunConfig.model_fields)
+    if field == "optimizer":  # read at call time: plugins join the registry after import
+        return "one of " + ", ".join(registry.names())
+    if info.description:
+        return info.description
+    if typing.get_origin(info.annotation) is Literal:
+        return "one of " + ", ".join(map(repr, typing.get_args(info.annotation)))
+    bounds = {name: getattr(m, name) for m in info.metadata for name in ("ge", "le")
+              if hasattr(m, name)}
+    if info.annotation is int and len(bounds) == 2:
+        return f"an integer in [{bounds['ge']}, {bounds['le']}]"
+    return f"a {getattr(info.annotation, '__name__', str(info.annotation))}"
+
+
+def describe_error(error: ValidationError) -> tuple[str, str]:
+    """(field, message) of the first error of a `RunConfig` validation, for every entry point.
+
+    The field is the dotted location (`steps`, `hyperparameters.learning_rate`); a model-level
+    check names its field at the start of its message (`model='cnn' refused ...`), else the
+    field is `config`. The message keeps pydantic's text, the value given (shortened) and what
+    the field allows.
+    """
+    first = error.errors()[0]
+    location = [str(p) for p in first["loc"]]
+    message = str(first["msg"]).removeprefix("Value error, ")
+    if not location:
+        match = re.match(r"(\w+)=", message)
+        field = match.group(1) if match and match.group(1) in RunConfig.model_fields else "config"
+        return field, message
+    field = ".".join(location)
+    if first["type"] == "extra_forbidden":
+        return field, f"{message}: unknown field; {allowed('')}"
+    if first["type"] == "value_error":
+        return field, message
+    given = repr(first["input"])
+    given = given if len(given) <= 40 else given[:37] + "..."
+    return field, f"{message} (got {given}); allowed: {allowed(location[0])}"

@@ -13,7 +13,9 @@ Accepted documents (a JSON object, at most `MAX_BYTES` bytes, UTF-8):
 
 Safety: the text is parsed with `json.loads` only (no pickle, no YAML tags); names are looked
 up in `optimizers.registry` and nothing named in the file is ever imported or evaluated: a
-`"class_name": "os.system"` is refused like any unknown name. NaN and Infinity are refused.
+`"class_name": "os.system"` is refused like any unknown name. `NaN`, `Infinity` and numbers
+beyond a float's range (`1e400`, a 400-digit integer) are refused, naming the field that holds
+them and its allowed range.
 
 Every refusal raises `ConfigImportError` whose message names the field, e.g.
 `hyperparameters.learning_rate: learning_rate=20.0 refused: ... must be a float in (0, 10]`.
@@ -22,16 +24,19 @@ Every refusal raises `ConfigImportError` whose message names the field, e.g.
 from __future__ import annotations
 
 import json
-import re
+import math
 from typing import Any
 
 import pydantic
 
 from optimizers import registry
-from training.config import RunConfig
+from training.config import RunConfig, allowed, describe_error
 
 MAX_BYTES = 64 * 1024
+MAX_DIGITS = 300  # a longer integer literal is beyond a float's range (1.8e308)
+MAX_DEPTH = 16  # an export nests 4 levels; deeper is no config of ours
 EXPORT_FORMAT = "optimizer-lab/run-config"
+EXPORT_VERSIONS = (1,)  # `training.export.FORMAT_VERSION`s this reader understands
 # Keys of a tf_keras OptimizerV2 get_config() that carry no lab setting; accepted when neutral.
 NEUTRAL_KERAS_KEYS = {"name": None, "is_legacy_optimizer": None, "decay": 0.0, "clipnorm": None,
                       "clipvalue": None, "global_clipnorm": None}
@@ -45,14 +50,34 @@ class ConfigImportError(ValueError):
         super().__init__(f"{field}: {message}" if field else message)
 
 
-def _refuse_constant(name: str) -> float:
-    raise ConfigImportError("", f"{name} is not allowed in a config file (numbers must be finite)")
+def _parse_int(text: str) -> int | float:
+    # int() of a 5,000-digit string raises ValueError (CPython's digit limit) and float() of a
+    # 400-digit int OverflowError: past what a float holds the value becomes inf, refused below.
+    return int(text) if len(text) <= MAX_DIGITS else math.inf
+
+
+def _non_finite(value: Any, path: str, depth: int = 0) -> tuple[str, Any] | None:
+    """(dotted path, value) of the first NaN/inf in `value`, else None."""
+    if depth > MAX_DEPTH:
+        raise ConfigImportError(path, f"nested too deeply: a config file nests at most "
+                                      f"{MAX_DEPTH} levels")
+    if isinstance(value, float) and not math.isfinite(value):
+        return path, value
+    items = value.items() if isinstance(value, dict) else enumerate(value) \
+        if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{path}.{key}" if path else str(key), depth + 1)
+        if found:
+            return found
+    return None
 
 
 def _class_names() -> dict[str, str]:
     """Registered class name or registry name -> registry name."""
-    out = {cls.__name__: name for name, cls in registry.OPTIMIZERS.items()}
-    out.update({name: name for name in registry.OPTIMIZERS})
+    out = {name: name for name in registry.OPTIMIZERS}
+    for name, cls in registry.OPTIMIZERS.items():
+        # first wins: a plugin class named like a built-in one cannot take over its name
+        out.setdefault(cls.__name__, name)
     return out
 
 
@@ -66,36 +91,33 @@ def _registry_name(field: str, value: Any) -> str:
 
 
 def _pydantic_message(error: pydantic.ValidationError) -> ConfigImportError:
-    first = error.errors()[0]
-    field = ".".join(str(p) for p in first["loc"])
-    message = str(first["msg"]).removeprefix("Value error, ")
-    if not field:  # a model-level check: its message starts with `<field>=`
-        match = re.match(r"(\w+)=", message)
-        field = match.group(1) if match and match.group(1) in RunConfig.model_fields else "config"
-    elif first["type"] != "value_error":
-        message = f"{message} (got {first['input']!r})"
-    return ConfigImportError(field, message)
+    return ConfigImportError(*describe_error(error))
 
 
 def parse_text(data: bytes | str) -> dict[str, Any]:
     """Parse the JSON text of a config file into a dict (size, encoding and syntax checked).
 
     Raises:
-        ConfigImportError: larger than `MAX_BYTES`, not UTF-8, malformed JSON (line and column
-            given), NaN/Infinity, or not a JSON object.
+        ConfigImportError: larger than `MAX_BYTES`, empty, not UTF-8 (a UTF-8 byte-order mark
+            is allowed), malformed JSON (line and column given), nested deeper than
+            `MAX_DEPTH`, or not a JSON object. NaN, Infinity and out-of-range numbers parse to
+            float NaN/inf here: `config_from_dict` refuses them naming their field.
     """
     raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    if len(raw) > MAX_BYTES:
+    if len(raw) > MAX_BYTES:  # before decoding or parsing anything
         raise ConfigImportError(
             "", f"file refused: {len(raw):,} bytes, a config file may hold at most "
                 f"{MAX_BYTES:,} bytes")
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # Windows editors write a byte-order mark
     except UnicodeDecodeError as error:
         raise ConfigImportError("", f"file refused: not UTF-8 text ({error.reason} at byte "
                                     f"{error.start})") from None
+    if not text.strip():
+        raise ConfigImportError("", "file refused: it is empty; a config file holds one JSON "
+                                    "object")
     try:
-        document = json.loads(text, parse_constant=_refuse_constant)
+        document = json.loads(text, parse_int=_parse_int)
     except json.JSONDecodeError as error:
         raise ConfigImportError(
             "", f"malformed JSON: {error.msg} at line {error.lineno} column {error.colno}"
@@ -105,12 +127,17 @@ def parse_text(data: bytes | str) -> dict[str, Any]:
     if not isinstance(document, dict):
         raise ConfigImportError("", f"a config file must hold a JSON object, not a "
                                     f"{type(document).__name__}")
+    _non_finite(document, "")  # only the depth check here
     return document
 
 
 def _from_keras_entry(document: dict[str, Any]) -> dict[str, Any]:
     """A RunConfig dict from `{"class_name", "config", ...RunConfig fields}`."""
     name = _registry_name("class_name", document["class_name"])
+    for key in ("optimizer", "hyperparameters", "options"):
+        if key in document:  # two sources for one setting: refuse rather than pick one
+            raise ConfigImportError(key, f"refused beside class_name={document['class_name']!r}: "
+                                         "a Keras-style entry sets them in its config")
     config = document.get("config", {})
     if not isinstance(config, dict):
         raise ConfigImportError("config", f"must be a JSON object, not {type(config).__name__}")
@@ -142,6 +169,12 @@ def _check_hypers_first(candidate: dict[str, Any]) -> None:
     name = candidate.get("optimizer", registry.DEFAULT_OPTIMIZER)
     name = _registry_name("optimizer", name)
     candidate["optimizer"] = name
+    inner = options.get("inner")
+    if "inner" in options and "inner" in registry.option_defaults(name) and (
+            not isinstance(inner, str) or inner not in registry.OPTIMIZERS):
+        raise ConfigImportError("options.inner", f"{inner!r} is not a registered optimizer "
+                                                 f"(nothing named in a config file is imported "
+                                                 f"or evaluated); known: {', '.join(registry.names())}")
     try:
         checked = registry.validate_options(name, dict(options))
     except (KeyError, ValueError) as error:
@@ -160,32 +193,56 @@ def _check_hypers_first(candidate: dict[str, Any]) -> None:
             raise ConfigImportError(f"hyperparameters.{key}", str(error)) from None
 
 
+def _from_export(document: dict[str, Any]) -> dict[str, Any]:
+    """The `run_config` of an export document, after checking its format and optimizer entry."""
+    if "format" in document and document["format"] != EXPORT_FORMAT:
+        raise ConfigImportError("format", f"{document['format']!r} refused: allowed "
+                                          f"{EXPORT_FORMAT!r}")
+    version = document.get("format_version", EXPORT_VERSIONS[0])
+    if type(version) is not int or version not in EXPORT_VERSIONS:
+        raise ConfigImportError("format_version", f"{version!r} refused: this version reads "
+                                                  f"format_version {EXPORT_VERSIONS}")
+    candidate = document.get("run_config")
+    if not isinstance(candidate, dict):
+        raise ConfigImportError("run_config", "missing or not a JSON object")
+    stated = _registry_name("run_config.optimizer",
+                            candidate.get("optimizer", registry.DEFAULT_OPTIMIZER))
+    optimizer = document.get("optimizer", {})
+    if not isinstance(optimizer, dict):
+        raise ConfigImportError("optimizer", f"must be a JSON object {{name, class_name, "
+                                             f"config}}, not {type(optimizer).__name__}")
+    for key in ("name", "class_name"):  # informational, but they must agree with run_config
+        if key in optimizer and _registry_name(f"optimizer.{key}", optimizer[key]) != stated:
+            raise ConfigImportError(
+                f"optimizer.{key}", f"{optimizer[key]!r} does not match "
+                                    f"run_config.optimizer={candidate.get('optimizer')!r}")
+    return dict(candidate)
+
+
 def config_from_dict(document: dict[str, Any]) -> RunConfig:
     """A validated `RunConfig` from a parsed document (any of the three accepted shapes).
 
     Raises:
-        ConfigImportError: unknown optimizer or class name, unknown or out-of-range
-            hyperparameter, unknown option or field, wrong type (strict: `"steps": "500"` is
-            refused, an int is accepted for a float), incompatible dataset/model.
+        ConfigImportError: unknown optimizer or class name (also a wrapper's `options.inner`),
+            unknown or out-of-range hyperparameter, unknown option or field, wrong type
+            (strict: `"steps": "500"` is refused, an int is accepted for a float), incompatible
+            dataset/model; for an export, another `format` or `format_version`, or an
+            `optimizer` entry that disagrees with `run_config`; for a Keras-style entry,
+            `optimizer`/`hyperparameters`/`options` beside `class_name`.
     """
     if document.get("format") == EXPORT_FORMAT or "run_config" in document:
-        candidate = document.get("run_config")
-        if not isinstance(candidate, dict):
-            raise ConfigImportError("run_config", "missing or not a JSON object")
-        optimizer = document.get("optimizer")
-        if isinstance(optimizer, dict) and "class_name" in optimizer:
-            name = _registry_name("optimizer.class_name", optimizer["class_name"])
-            if name != _registry_name("run_config.optimizer", candidate.get("optimizer")):
-                raise ConfigImportError(
-                    "optimizer.class_name",
-                    f"{optimizer['class_name']!r} does not match "
-                    f"run_config.optimizer={candidate.get('optimizer')!r}")
-        candidate = dict(candidate)
+        candidate = _from_export(document)
     elif "class_name" in document:
         candidate = _from_keras_entry(document)
     else:
         candidate = dict(document)
-    _check_hypers_first(candidate)
+    _check_hypers_first(candidate)  # hyperparameters: each spec names its own range
+    found = _non_finite({k: v for k, v in candidate.items() if k in RunConfig.model_fields}, "")
+    if found:  # (an unknown field is pydantic's to refuse)
+        path, value = found
+        top = path.split(".")[0]
+        raise ConfigImportError(path, f"{value!r} refused: numbers must be finite; allowed: "
+                                      f"{allowed(top)}")
     try:
         return RunConfig.model_validate(candidate, strict=True)
     except pydantic.ValidationError as error:

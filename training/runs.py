@@ -12,6 +12,7 @@ directory `OPTIMIZER_LAB_HOME` for the default store).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from typing import Any, Iterable
 
 from optimizers import registry
 from training.config import RunConfig
-from training.store import ACTIVE_STATUSES, FINAL_STATUSES, RunStore
+from training.store import ACTIVE_STATUSES, FINAL_STATUSES, QUEUED, RunStore, pid_alive
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 POLL_S = 0.05
@@ -41,15 +42,99 @@ def log_path(store: RunStore, run_id: int) -> Path:
     return store.path.parent / "logs" / f"run-{run_id}.log"
 
 
-def start_run(config: RunConfig, store: RunStore, name: str = "") -> int:
-    """Create the run in the store and start its worker process; returns the run id.
+POOL_SIZE_ENV = "OPTIMIZER_LAB_POOL_SIZE"
+DEFAULT_POOL_SIZE = 2
+MAX_POOL_SIZE = 64
+TAB_CLOSE_ENV = "OPTIMIZER_LAB_ON_TAB_CLOSE"
+TAB_CLOSE_POLICIES = ("finish", "stop")
 
-    The process runs `python -m training.worker --store <path> --run-id <id>` in the project
-    root with `TF_USE_LEGACY_KERAS=1`, in its own session (it survives a Streamlit rerun), its
-    output appended to `log_path(store, id)`.
+
+def _env_choice(name: str, default: str, allowed: Iterable[str]) -> str:
+    value = os.environ.get(name, "").strip().lower() or default
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} refused: must be one of {', '.join(allowed)}")
+    return value
+
+
+def pool_size() -> int:
+    """How many runs may train at once: `OPTIMIZER_LAB_POOL_SIZE` (default 2, one per core of
+    a small machine: every run is a TensorFlow process of ~750 MB that keeps a core busy).
+
+    Raises:
+        ValueError: the variable is not an integer in [1, 64].
+    """
+    raw = os.environ.get(POOL_SIZE_ENV, "").strip() or str(DEFAULT_POOL_SIZE)
+    try:
+        size = int(raw)
+    except ValueError:
+        size = 0
+    if not 1 <= size <= MAX_POOL_SIZE:
+        raise ValueError(f"{POOL_SIZE_ENV}={raw!r} refused: must be an integer in "
+                         f"[1, {MAX_POOL_SIZE}]")
+    return size
+
+
+def tab_close_policy() -> str:
+    """What happens to a run when the browser session that started it closes:
+    `OPTIMIZER_LAB_ON_TAB_CLOSE` = `finish` (default: it trains on, visible to any session) or
+    `stop` (the run process stops itself once no page of that session has been seen for
+    `training.worker.TAB_CLOSED_AFTER_S` seconds).
+
+    Raises:
+        ValueError: another value.
+    """
+    return _env_choice(TAB_CLOSE_ENV, "finish", TAB_CLOSE_POLICIES)
+
+
+def start_run(config: RunConfig, store: RunStore, name: str = "",
+              on_tab_close: str = "finish") -> int:
+    """Create the run in the store and start it as soon as the pool has a free place.
+
+    The run is stored `queued`; `dispatch` then starts it at once when fewer than `pool_size()`
+    runs are active, otherwise it waits for a run to end (see `RunStore.queue_positions`).
+
+    Args:
+        on_tab_close: `finish` or `stop` (see `tab_close_policy`); the worker only acts on
+            it when a page touches the run's `viewer_heartbeat`.
+
+    Returns:
+        The run id.
+
+    Raises:
+        ValueError: `on_tab_close` or the pool size setting is invalid.
     """
     reap()
-    run_id = store.create_run(config.to_json_dict(), name=name)
+    if on_tab_close not in TAB_CLOSE_POLICIES:
+        raise ValueError(f"on_tab_close={on_tab_close!r} refused: must be one of "
+                         f"{', '.join(TAB_CLOSE_POLICIES)}")
+    size = pool_size()
+    run_id = store.create_run(config.to_json_dict(), name=name, status="queued")
+    store.update_run(run_id, on_tab_close=on_tab_close)
+    dispatch(store, size)
+    return run_id
+
+
+def dispatch(store: RunStore, size: int | None = None) -> list[int]:
+    """Start queued runs while the pool has free places; returns the run ids started.
+
+    Called by `start_run`, by a run process as it ends (the queue drains with no page open)
+    and by the pages on every render (a run killed with SIGKILL cannot hand its place over;
+    `claim_queued` marks it interrupted and gives the place to the next run).
+    """
+    reap()
+    started = store.claim_queued(pool_size() if size is None else size)
+    for run_id in started:
+        _launch(store, run_id)
+    return started
+
+
+def _launch(store: RunStore, run_id: int) -> None:
+    """Start the worker process of a claimed (`starting`) run.
+
+    The process runs `python -m training.worker --store <path> --run-id <id>` in the project
+    root with `TF_USE_LEGACY_KERAS=1`, in its own session (it survives a Streamlit rerun and a
+    restart of the server), its output appended to `log_path(store, id)`.
+    """
     path = log_path(store, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     python_path = os.pathsep.join(
@@ -57,15 +142,18 @@ def start_run(config: RunConfig, store: RunStore, name: str = "") -> int:
     )
     env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=python_path)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with open(path, "ab") as log:
-        _PROCESSES[run_id] = subprocess.Popen(
-            [sys.executable, "-m", "training.worker", "--store", str(store.path),
-             "--run-id", str(run_id)],
-            cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+    try:
+        with open(path, "ab") as log:
+            _PROCESSES[run_id] = subprocess.Popen(
+                [sys.executable, "-m", "training.worker", "--store", str(store.path),
+                 "--run-id", str(run_id)],
+                cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+    except OSError as error:  # no place lost: the run is failed, the next one may start
+        store.set_status(run_id, "failed", f"the run process could not start: {error}")
+        return
     store.update_run(run_id, pid=_PROCESSES[run_id].pid)
-    return run_id
 
 
 def _active_run(store: RunStore, run_id: int) -> dict[str, Any]:
@@ -113,10 +201,33 @@ def resume(store: RunStore, run_id: int) -> int:
     return store.send_command(run_id, "resume")
 
 
-def stop(store: RunStore, run_id: int) -> int:
-    """Queue `stop`; returns the command id. Raises ValueError when the run is not active."""
+def stop(store: RunStore, run_id: int) -> int | None:
+    """Stop a run; returns the `stop` command id, or None when no process had to be asked.
+
+    A queued run is cancelled (status `stopped`, no process was ever started). A run still
+    `starting` (importing TensorFlow, building its model: several seconds) is marked `stopped`
+    at once and its process is sent SIGTERM, so that a Stop right after Start is instant; the
+    worker only marks a run running if it is still starting (`set_status(only_from=...)`).
+
+    Raises:
+        ValueError: the run is neither queued nor active.
+    """
     reap()
-    _active_run(store, run_id)
+    run = store.run(run_id)
+    if run["status"] == QUEUED and store.set_status(
+            run_id, "stopped", "cancelled while queued", only_from=(QUEUED,)):
+        return None
+    run = _active_run(store, run_id)
+    if run["status"] == "starting" and store.set_status(
+            run_id, "stopped", "stopped before its first step", only_from=("starting",)):
+        if run["pid"] and pid_alive(run["pid"]):
+            try:
+                os.kill(run["pid"], signal.SIGTERM)
+            except ProcessLookupError:  # it ended meanwhile
+                pass
+        reap()
+        dispatch(store)
+        return None
     return store.send_command(run_id, "stop")
 
 

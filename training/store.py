@@ -42,7 +42,11 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import pandas as pd
 
+# `queued` waits for a free place in the run pool (training/runs.py `dispatch`); it has no
+# process yet, so it is neither active (no commands but `stop`) nor final.
+QUEUED = "queued"
 ACTIVE_STATUSES = ("starting", "running", "paused")
+LIVE_STATUSES = (QUEUED,) + ACTIVE_STATUSES
 FINAL_STATUSES = ("finished", "stopped", "failed", "diverged", "interrupted")
 COMMAND_KINDS = ("set_hyper", "pause", "resume", "stop", "autotune", "response_slice")
 # A run process writes a heartbeat at least this often (seconds); a silent active run whose pid
@@ -112,7 +116,13 @@ CREATE INDEX IF NOT EXISTS response_slices_run ON response_slices (run_id, reque
 """
 # Columns added to `runs` after the first release: (name, SQL type and default). Added with a
 # guarded ALTER TABLE so that older store files still open.
-ADDED_RUN_COLUMNS = (("hypergradient_meta", "TEXT NOT NULL DEFAULT '{}'"),)
+# `viewer_heartbeat`: last time the browser session that owns the run was seen (Unix s);
+# `on_tab_close`: `finish` or `stop` (see training/runs.py `TAB_CLOSE_ENV`).
+ADDED_RUN_COLUMNS = (
+    ("hypergradient_meta", "TEXT NOT NULL DEFAULT '{}'"),
+    ("viewer_heartbeat", "REAL"),
+    ("on_tab_close", "TEXT NOT NULL DEFAULT 'finish'"),
+)
 JSON_RUN_COLUMNS = ("config", "optimizer_config", "hyper_variables", "versions",
                     "hypergradient_meta")
 
@@ -182,18 +192,25 @@ class RunStore:
             con.close()
 
     # ----- runs -----------------------------------------------------------------------------
-    def create_run(self, config: dict[str, Any], name: str = "") -> int:
-        """Insert a run in status `starting` from a validated run config; return its id.
+    def create_run(self, config: dict[str, Any], name: str = "", status: str = "starting") -> int:
+        """Insert a run from a validated run config; return its id.
 
         `config` must hold `optimizer`, `dataset`, `model`, `seed`, `steps`; it is stored whole.
+        `status` is `starting` (a process is launched for it at once) or `queued` (it waits for
+        `claim_queued`).
+
+        Raises:
+            ValueError: another `status`.
         """
+        if status not in ("starting", QUEUED):
+            raise ValueError(f"status={status!r} refused: a new run is 'starting' or 'queued'")
         now = time.time()
         with self._connect() as con:
             cur = con.execute(
                 "INSERT INTO runs (name, created, updated, status, optimizer, dataset, model, seed,"
                 " device, total_steps, config) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
-                    name, now, now, "starting", config["optimizer"], config["dataset"],
+                    name, now, now, status, config["optimizer"], config["dataset"],
                     config["model"], int(config["seed"]), config.get("device", ""),
                     int(config["steps"]), json.dumps(config),
                 ),
@@ -210,11 +227,81 @@ class RunStore:
         with self._connect() as con:
             con.execute(f"UPDATE runs SET {columns} WHERE id = ?", (*fields.values(), run_id))
 
-    def set_status(self, run_id: int, status: str, message: str = "") -> None:
-        """Set a run's status (`ACTIVE_STATUSES` or `FINAL_STATUSES`) and message."""
-        if status not in ACTIVE_STATUSES + FINAL_STATUSES:
-            raise ValueError(f"status={status!r} refused: must be one of {ACTIVE_STATUSES + FINAL_STATUSES}")
-        self.update_run(run_id, status=status, message=message)
+    def set_status(self, run_id: int, status: str, message: str = "",
+                   only_from: Sequence[str] | None = None) -> bool:
+        """Set a run's status (`LIVE_STATUSES` or `FINAL_STATUSES`) and message.
+
+        Args:
+            only_from: change the status only when it is one of these (one atomic UPDATE: the
+                run process and a page stopping a starting run cannot both win).
+
+        Returns:
+            True when the row was changed.
+
+        Raises:
+            ValueError: an unknown `status`.
+        """
+        allowed = LIVE_STATUSES + FINAL_STATUSES
+        if status not in allowed:
+            raise ValueError(f"status={status!r} refused: must be one of {allowed}")
+        sql = "UPDATE runs SET status = ?, message = ?, updated = ? WHERE id = ?"
+        params: tuple[Any, ...] = (status, message, time.time(), run_id)
+        if only_from is not None:
+            sql += f" AND status IN ({','.join('?' * len(only_from))})"
+            params += tuple(only_from)
+        with self._connect() as con:
+            return con.execute(sql, params).rowcount == 1
+
+    def claim_queued(self, pool_size: int) -> list[int]:
+        """Move the oldest queued runs to `starting` while fewer than `pool_size` runs are
+        active; returns the ids claimed (the caller launches their processes).
+
+        One `BEGIN IMMEDIATE` transaction: two processes dispatching at once (a page and a run
+        process that just ended) cannot both fill the same free place. Stale active runs are
+        marked interrupted first, so a run killed with SIGKILL frees its place.
+        """
+        self.mark_interrupted()
+        con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            active = con.execute(
+                f"SELECT COUNT(*) FROM runs WHERE status IN {ACTIVE_STATUSES}").fetchone()[0]
+            ids = [row[0] for row in con.execute(
+                "SELECT id FROM runs WHERE status = ? ORDER BY id LIMIT ?",
+                (QUEUED, max(pool_size - active, 0)),
+            )]
+            now = time.time()  # heartbeat = now: not stale before the process writes its own
+            con.executemany(
+                "UPDATE runs SET status = 'starting', updated = ?, heartbeat = ? WHERE id = ?",
+                [(now, now, run_id) for run_id in ids],
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            raise
+        finally:
+            con.close()
+        return ids
+
+    def queue_positions(self) -> dict[int, int]:
+        """{run id: 1-based place in the queue} of every queued run (first = next to start)."""
+        with self._connect() as con:
+            rows = con.execute("SELECT id FROM runs WHERE status = ? ORDER BY id", (QUEUED,))
+            return {run_id: place for place, (run_id,) in enumerate(rows, start=1)}
+
+    def active_count(self) -> int:
+        """How many runs are `starting`, `running` or `paused` (places taken in the pool)."""
+        with self._connect() as con:
+            return con.execute(
+                f"SELECT COUNT(*) FROM runs WHERE status IN {ACTIVE_STATUSES}").fetchone()[0]
+
+    def touch_viewers(self, run_ids: Iterable[int], now: float | None = None) -> None:
+        """Record that the browser session owning these runs is still open (`viewer_heartbeat`)."""
+        now = time.time() if now is None else now
+        with self._connect() as con:
+            con.executemany("UPDATE runs SET viewer_heartbeat = ? WHERE id = ?",
+                            [(now, int(run_id)) for run_id in run_ids])
 
     def run(self, run_id: int) -> dict[str, Any]:
         """One run as a dict, JSON columns decoded, stale active runs marked interrupted.

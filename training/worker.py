@@ -64,6 +64,14 @@ FLUSH_EVERY_S = 0.25
 POLL_EVERY_S = 0.1
 HEARTBEAT_S = 1.0
 META_EVERY_S = 2.0
+# A run with `on_tab_close = stop` stops once its browser session has not been seen for this
+# long. Generous because browsers throttle the timers of hidden tabs to about once a minute.
+TAB_CLOSED_AFTER_S = 150.0
+TAB_CHECK_EVERY_S = 5.0
+# Final statuses are written only over these (never over a `stopped` set by a page that
+# stopped the run before its first step); `interrupted` is included because a run that was
+# only slow to beat (e.g. a long XLA compile) may still finish.
+_OWN_STATUSES = ("starting", "running", "paused", "interrupted")
 
 
 class _Diverged(Exception):
@@ -97,7 +105,7 @@ class _Run:
                                                          "response_slices")}
         self.paused = self.stop_requested = False
         self.stop_message = ""
-        self.last_flush = self.last_poll = time.monotonic()
+        self.last_flush = self.last_poll = self.last_tab_check = time.monotonic()
         self.saved_traces = -1
         # Record batches are written by a writer thread (SQLite releases the GIL), so the
         # training thread does not wait for the disk; `flush(wait=True)` drains the queue.
@@ -157,6 +165,21 @@ class _Run:
         self.last_poll = time.monotonic()
         for command in self.store.pending_commands(self.run_id):
             self.handle(command)
+        if self.last_poll - self.last_tab_check >= TAB_CHECK_EVERY_S:
+            self.last_tab_check = self.last_poll
+            self.check_viewer()
+
+    def check_viewer(self) -> None:
+        """Stop when the run's policy is `on_tab_close = stop` and its browser session has not
+        touched `viewer_heartbeat` for `TAB_CLOSED_AFTER_S` seconds (never seen = no page owns
+        it, e.g. a CLI run: keep going)."""
+        row = self.store.run(self.run_id)
+        seen = row.get("viewer_heartbeat")
+        if row.get("on_tab_close") == "stop" and seen and time.time() - seen > TAB_CLOSED_AFTER_S:
+            self.stop_requested = True
+            self.stop_message = (f"stopped after step {self.step}: its browser session closed "
+                                 f"(OPTIMIZER_LAB_ON_TAB_CLOSE=stop, not seen for "
+                                 f"{time.time() - seen:.0f} s)")
 
     def handle(self, command: dict[str, Any]) -> None:
         cid, kind, payload = command["id"], command["kind"], command["payload"]
@@ -341,7 +364,8 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
 
             hyper = HyperStepper(engine)
         store.update_run(run_id, device=device, versions=versions(), pid=os.getpid())
-        store.set_status(run_id, "running")
+        if not store.set_status(run_id, "running", only_from=("starting",)):
+            return store.run(run_id)["status"]  # stopped by a page while starting
         record = (lambda s: True) if full_recording else recorder.should_record
         histogram = (lambda s: s % recorder.HISTOGRAM_FACTOR == 0 or s == 1) \
             if full_recording else recorder.should_histogram
@@ -363,7 +387,7 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         run.save_meta()
         for command in store.pending_commands(run_id):
             store.finish_command(command["id"], "refused", f"the run {status} at step {run.step}")
-        store.set_status(run_id, status, message)
+        store.set_status(run_id, status, message, only_from=_OWN_STATUSES)
         return status
     except BaseException as error:
         if run is not None:
@@ -371,7 +395,12 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
                 run.flush(wait=True)
             except Exception:  # noqa: BLE001 - the original error matters more
                 pass
-        store.set_status(run_id, "failed", f"{type(error).__name__}: {error}"[:2000])
+        if _SIGNALLED[0] is not None and run is None:  # SIGTERM while starting: a stop
+            store.set_status(run_id, "stopped", f"stopped by signal {_SIGNALLED[0]} before "
+                             "the first step", only_from=_OWN_STATUSES)
+            return "stopped"
+        store.set_status(run_id, "failed", f"{type(error).__name__}: {error}"[:2000],
+                         only_from=_OWN_STATUSES)
         raise
     finally:
         _STOP_HOOK[0] = None
@@ -380,10 +409,12 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
 
 
 _STOP_HOOK: list[_Run | None] = [None]
+_SIGNALLED: list[int | None] = [None]
 
 
 def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
     run = _STOP_HOOK[0]
+    _SIGNALLED[0] = signum
     if run is not None:
         run.stop_requested = True
         run.stop_message = f"stopped by signal {signum} after step {run.step}"
@@ -401,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="record every step (decimation off; for benchmarks)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_sigterm)
+    store = RunStore(args.store)
     try:
-        train(args.run_id, RunStore(args.store), max_wall_s=args.max_wall_s,
+        train(args.run_id, store, max_wall_s=args.max_wall_s,
               full_recording=args.full_recording)
     except Exception as error:  # noqa: BLE001 - reported in the store and on stderr
         print(f"run {args.run_id} failed: {type(error).__name__}: {error}", file=sys.stderr)
@@ -410,7 +442,20 @@ def main(argv: list[str] | None = None) -> int:
 
         traceback.print_exc()
         return 1
+    finally:
+        _hand_over(store)
     return 0
+
+
+def _hand_over(store: RunStore) -> None:
+    """Give this run's place in the pool to the next queued run (so the queue drains even
+    when no page is open); never turns a finished run into a failed exit."""
+    from training import runs
+
+    try:
+        runs.dispatch(store)
+    except Exception as error:  # noqa: BLE001 - the pages dispatch again on their next render
+        print(f"could not start the next queued run: {error}", file=sys.stderr)
 
 
 if __name__ == "__main__":

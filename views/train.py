@@ -17,11 +17,12 @@ import streamlit as st
 
 from components import figures
 from components import query_params
+from components import session_runs
 from components.hyper_widgets import hyper_widgets, invalid_hypers, option_widgets, slider_bounds
 from optimizers import registry
 from optimizers.hyperparams import InvalidHyperparameter
 from training.config import COMPATIBLE_MODELS, DATASETS, RunConfig
-from training.store import ACTIVE_STATUSES, RunStore, default_store_path
+from training.store import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED, RunStore, default_store_path
 
 REFRESH_S = 0.5
 SLOT_CAPTION = (
@@ -171,10 +172,11 @@ def on_start() -> None:
         state["start_errors"] = [str(error)]
         return
     try:
-        run_id = runs.start_run(config, store())
+        run_id = runs.start_run(config, store(), on_tab_close=runs.tab_close_policy())
     except Exception as error:  # the engine refused: show why, keep the page alive
         state["start_errors"] = [f"the run could not start: {error}"]
         return
+    session_runs.adopt(run_id)
     state["run_id"] = state["run_select"] = run_id
     state["live_messages"] = []
 
@@ -184,6 +186,10 @@ def on_hyper_change(name: str) -> None:
     state = st.session_state
     run = selected_run()
     if run is None or run["status"] not in ACTIVE_STATUSES:
+        return
+    if not session_runs.owns(run["id"]):
+        state["live_messages"] = [("info", f"{name} not sent: run #{run['id']} belongs to "
+                                           "another browser session (press Take control)")]
         return
     optimizer = state["optimizer"]
     options = {k: state[f"opt_{optimizer}_{k}"] for k in registry.option_defaults(optimizer)}
@@ -205,9 +211,17 @@ def on_hyper_change(name: str) -> None:
 
 
 def send(kind: str, run_id: int) -> None:
+    """Pause/resume/stop this session's run; a refusal (the run ended meanwhile) is shown."""
     from training import runs
 
-    getattr(runs, kind)(store(), run_id)
+    if not session_runs.owns(run_id):
+        st.session_state["live_messages"] = [("info", f"{kind} not sent: run #{run_id} belongs "
+                                                      "to another browser session")]
+        return
+    try:
+        getattr(runs, kind)(store(), run_id)
+    except (KeyError, ValueError) as error:
+        st.session_state["live_messages"] = [("warning", f"{kind} refused: {error}")]
 
 
 # ----- sidebar ---------------------------------------------------------------------------------
@@ -294,8 +308,17 @@ def run_label(runs_table: pd.DataFrame, run_id: int) -> str:
 
 
 def status_line(run: dict[str, Any], scalars: pd.DataFrame) -> str:
-    parts = [f"**Run #{run['id']}** · status **{run['status']}**",
-             f"step {run['step']}/{run['total_steps']}"]
+    parts = [f"**Run #{run['id']}** · status **{run['status']}**"]
+    if run["status"] == QUEUED:
+        from training import runs
+
+        place = store().queue_positions().get(run["id"])
+        return " · ".join(parts + [
+            f"queue position **{place}** of {len(store().queue_positions())}",
+            f"{store().active_count()} of {runs.pool_size()} pool places busy "
+            "(`OPTIMIZER_LAB_POOL_SIZE`); it starts when a run ends",
+        ])
+    parts.append(f"step {run['step']}/{run['total_steps']}")
     rate = scalars[scalars["name"].str.contains("steps_per", na=False)]
     if not rate.empty:
         parts.append(f"{rate['value'].iloc[-1]:.1f} steps/s")
@@ -305,11 +328,19 @@ def status_line(run: dict[str, Any], scalars: pd.DataFrame) -> str:
 
 
 def controls(run: dict[str, Any]) -> None:
-    active = run["status"] in ACTIVE_STATUSES
+    if not session_runs.owns(run["id"]):
+        if run["status"] in LIVE_STATUSES:
+            left, right = st.columns([1, 4])
+            left.button("Take control", key=f"adopt_{run['id']}", on_click=session_runs.adopt,
+                        args=(run["id"],), width="stretch")
+            right.caption("View only: this run was started by another browser session (or "
+                          "before a reload). Take control to pause, stop or retune it.")
+        return
+    active = run["status"] in LIVE_STATUSES
     paused = run["status"] == "paused"
     cols = st.columns([1, 1, 1, 5])
     cols[0].button("Pause", key=f"pause_{run['id']}", on_click=send, args=("pause", run["id"]),
-                   disabled=not active or paused, width="stretch")
+                   disabled=run["status"] not in ACTIVE_STATUSES or paused, width="stretch")
     cols[1].button("Resume", key=f"resume_{run['id']}", on_click=send, args=("resume", run["id"]),
                    disabled=not paused, width="stretch")
     cols[2].button("Stop", key=f"stop_{run['id']}", on_click=send, args=("stop", run["id"]),
@@ -409,7 +440,7 @@ def live_body(run_id: int, was_active: bool) -> None:
     except KeyError:
         st.warning(f"run #{run_id} is no longer in the store")
         return
-    active = run["status"] in ACTIVE_STATUSES
+    active = run["status"] in LIVE_STATUSES
     if was_active and not active:
         st.rerun(scope="app")  # once: redraw the whole page (selector labels, static mode)
     scalars = store().scalars(run_id)
@@ -426,6 +457,8 @@ def live_body(run_id: int, was_active: bool) -> None:
         "Slots": lambda: slots_tab(run),
         "Config": lambda: config_tab(run),
     }
+    if run["status"] == QUEUED:
+        return
     if active:
         # While training, only the chosen view is rebuilt every REFRESH_S: redrawing every
         # hidden tab's charts twice a second left the browser (on 2 busy cores) mid-redraw,
@@ -447,21 +480,28 @@ def main() -> None:
     ids = [int(i) for i in runs_table["id"]]
     state = st.session_state
     if state.get("run_select") not in ids:
-        state["run_select"] = state["run_id"] if state["run_id"] in ids else (ids[0] if ids else None)
+        # A session opens on its own newest run, never on another user's (see session_runs).
+        mine = [i for i in session_runs.my_runs() if i in ids]
+        state["run_select"] = mine[-1] if mine else None
     run = selected_run()
-    live_run = run if run is not None and run["status"] in ACTIVE_STATUSES else None
+    live_run = (run if run is not None and run["status"] in ACTIVE_STATUSES
+                and session_runs.owns(run["id"]) else None)
     sidebar(live_run)
     share_setup()
 
     st.title("Optimizer Lab · Train")
+    if run is None:
+        st.info("No run in this session yet: choose an optimizer and press **Start** in the "
+                "sidebar" + (", or open a run of the store below." if ids else "."))
     if not ids:
-        st.info("No run yet: choose an optimizer and press **Start** in the sidebar.")
         return
     st.selectbox("run", ids, key="run_select", format_func=lambda i: run_label(runs_table, i),
-                 help="this session's run by default; every run of the store can be opened")
+                 placeholder="open a run of the store (view only unless it is yours)",
+                 help="this session's newest run by default; runs of other sessions open view "
+                      "only")
     if run is None:
         return
-    active = run["status"] in ACTIVE_STATUSES
+    active = run["status"] in LIVE_STATUSES
     st.fragment(run_every=REFRESH_S if active else None)(live_body)(run["id"], active)
 
 

@@ -1,0 +1,38 @@
+"""Shared helpers of the browser tests: Debian's Chromium under Playwright, screenshots, and
+the Streamlit exception-box check."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+def playwright_api():
+    """`playwright.sync_api`, or skip when Chromium or Playwright is missing."""
+    if CHROMIUM is None:
+        pytest.skip("Debian's chromium is not installed (apt-get install chromium; .ci/run does)")
+    ARTIFACTS.mkdir(exist_ok=True)
+    return pytest.importorskip("playwright.sync_api")
+
+
+def no_exception(page, name: str) -> None:
+    """Screenshot the page to tests/artifacts/<name>.png; fail on a Streamlit exception box."""
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    boxes = page.locator('[data-testid="stException"]')
+    assert boxes.count() == 0, boxes.first.inner_text()
+
+
+def set_number(page, label: str, value: str) -> None:
+    """Type `value` into the number input labelled `label` and commit it with Enter."""
+    box = page.get_by_role("spinbutton", name=label, exact=True)
+    box.fill(value)
+    box.press("Enter")

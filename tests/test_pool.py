@@ -1,0 +1,173 @@
+"""The run pool and its queue, instant stops, the tab-close policy, and 50 Start/Stop cycles
+from the Train page with no leaked processes, threads or file handles."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from training import runs
+from training.config import RunConfig
+from training.store import ACTIVE_STATUSES, FINAL_STATUSES, RunStore, pid_alive
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+TINY = dict(dataset="moons", model="logistic", eval_every=50)
+
+
+@pytest.fixture()
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+    yield RunStore()
+    for proc in list(runs._PROCESSES.values()):  # never leave a worker behind
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    runs.reap()
+
+
+def workers_of(store: RunStore) -> list[int]:
+    """Pids of live processes whose command line names this store (any parent)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "training.worker" in cmdline and str(store.path) in cmdline and pid_alive(int(entry)):
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("raw", ["0", "-1", "65", "two", "1.5"])
+def test_pool_size_setting_is_validated(monkeypatch, raw):
+    monkeypatch.setenv(runs.POOL_SIZE_ENV, raw)
+    with pytest.raises(ValueError, match=r"OPTIMIZER_LAB_POOL_SIZE=.*integer in \[1, 64\]"):
+        runs.pool_size()
+
+
+def test_pool_size_default_and_tab_policy(monkeypatch):
+    monkeypatch.delenv(runs.POOL_SIZE_ENV, raising=False)
+    assert runs.pool_size() == 2
+    monkeypatch.setenv(runs.TAB_CLOSE_ENV, "Stop")
+    assert runs.tab_close_policy() == "stop"
+    monkeypatch.setenv(runs.TAB_CLOSE_ENV, "kill")
+    with pytest.raises(ValueError, match="OPTIMIZER_LAB_ON_TAB_CLOSE='kill' refused.*finish, stop"):
+        runs.tab_close_policy()
+
+
+def test_claim_respects_the_pool_and_the_order(store):
+    ids = [store.create_run(RunConfig(**TINY, steps=10).to_json_dict(), status="queued")
+           for _ in range(4)]
+    assert store.queue_positions() == {ids[0]: 1, ids[1]: 2, ids[2]: 3, ids[3]: 4}
+    assert store.claim_queued(2) == ids[:2]
+    assert store.claim_queued(2) == []  # both places taken
+    assert store.active_count() == 2
+    assert store.queue_positions() == {ids[2]: 1, ids[3]: 2}
+    store.set_status(ids[0], "finished")
+    assert store.claim_queued(2) == [ids[2]]
+
+
+@pytest.mark.slow
+def test_queue_drains_one_at_a_time_without_a_page(store, monkeypatch):
+    monkeypatch.setenv(runs.POOL_SIZE_ENV, "1")
+    ids = [runs.start_run(RunConfig(**TINY, steps=300, seed=i), store) for i in range(3)]
+    assert [store.run(i)["status"] for i in ids[1:]] == ["queued", "queued"]
+    assert store.queue_positions() == {ids[1]: 1, ids[2]: 2}
+    # cancel the last one while it waits: it never gets a process
+    assert runs.stop(store, ids[2]) is None
+    cancelled = store.run(ids[2])
+    assert cancelled["status"] == "stopped" and cancelled["pid"] is None
+    assert cancelled["message"] == "cancelled while queued"
+    most_active = 0
+    deadline = time.monotonic() + 240
+    while store.run(ids[1])["status"] not in FINAL_STATUSES:
+        assert time.monotonic() < deadline, store.runs()
+        most_active = max(most_active, store.active_count())
+        time.sleep(0.05)  # nobody dispatches here: run 1's process hands its place over
+    assert most_active == 1
+    assert [store.run(i)["status"] for i in ids[:2]] == ["finished", "finished"]
+    assert store.run(ids[1])["step"] == 300
+
+
+@pytest.mark.slow
+def test_stop_while_starting_is_immediate(store):
+    run_id = runs.start_run(RunConfig(**TINY, steps=100_000), store)
+    pid = store.run(run_id)["pid"]
+    started = time.monotonic()
+    assert runs.stop(store, run_id) is None
+    run = store.run(run_id)
+    assert run["status"] == "stopped" and run["message"] == "stopped before its first step"
+    while pid_alive(pid):
+        assert time.monotonic() - started < 30, "the worker ignored SIGTERM"
+        time.sleep(0.05)
+    runs.reap()
+    assert store.run(run_id)["status"] == "stopped"  # the worker did not overwrite it
+    with pytest.raises(ValueError, match="the run is stopped"):
+        runs.stop(store, run_id)
+
+
+@pytest.mark.slow
+def test_tab_close_policy_stop_stops_an_unwatched_run(store):
+    run_id = runs.start_run(RunConfig(**TINY, steps=1_000_000), store, on_tab_close="stop")
+    runs.wait_for_status(store, run_id, "running", timeout_s=120)
+    store.touch_viewers([run_id])  # the page saw it just now: it keeps training
+    time.sleep(6)
+    assert store.run(run_id)["status"] == "running"
+    store.touch_viewers([run_id], now=time.time() - 1000)  # the tab has been gone for long
+    run = runs.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
+    assert run["status"] == "stopped"
+    assert "browser session closed" in run["message"] and "OPTIMIZER_LAB_ON_TAB_CLOSE" in run["message"]
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.slow
+def test_fifty_start_stop_cycles_from_the_train_page(store):
+    """50 x (Start, Stop) through the page script; every 10th run is stopped only once it
+    trains (the `stop` command path), the others while starting (the SIGTERM path)."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.selectbox(key="dataset").set_value("moons").run()
+    at.number_input(key="steps").set_value(100_000).run()
+    baseline: tuple[int, int] | None = None
+    ids = []
+    for cycle in range(50):
+        at.button(key="start").click().run()
+        assert not at.exception, at.exception
+        run_id = int(store.runs()["id"].iloc[0])
+        assert run_id not in ids
+        ids.append(run_id)
+        if cycle % 10 == 0:
+            runs.wait_for_status(store, run_id, "running", timeout_s=120)
+            at.run()
+        at.button(key=f"stop_{run_id}").click().run()
+        assert not at.exception, at.exception
+        run = runs.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
+        assert run["status"] == "stopped", run
+        deadline = time.monotonic() + 30
+        while workers_of(store):
+            assert time.monotonic() < deadline, f"cycle {cycle}: workers left {workers_of(store)}"
+            time.sleep(0.05)
+        runs.reap()
+        if cycle == 1:  # after the first cycles imported and cached everything
+            baseline = (threading.active_count(), _fds())
+    at.run()
+    runs.reap()
+    assert baseline is not None
+    assert not runs._PROCESSES, "children not reaped"
+    print(f"50 cycles: threads {baseline[0]} -> {threading.active_count()}, "
+          f"fds {baseline[1]} -> {_fds()}, workers left {len(workers_of(store))}")
+    assert threading.active_count() <= baseline[0] + 2, (threading.active_count(), baseline)
+    assert _fds() <= baseline[1] + 5, (_fds(), baseline)
+    table = store.runs()
+    assert len(table) == 50 and set(table["status"]) == {"stopped"}
+    assert not set(table["status"]) & set(ACTIVE_STATUSES)
