@@ -8,24 +8,31 @@ Keys (all values are strings):
     `device` (omitted when ""), `hp.<name>` per hyperparameter (`repr` of the float, so it
     round-trips exactly), `opt.<name>` per option (`true`/`false` for bools).
 
-Nothing in the URL is evaluated: numbers are parsed with `int()`/`float()`, booleans from
-`true/false`, names are checked by `RunConfig` (registry names only). Keys outside this scheme
-(other pages' parameters) are ignored.
+Nothing in the URL is evaluated: numbers must be plain ASCII decimals (`INT_SYNTAX`,
+`FLOAT_SYNTAX`: no `1_000`, no `0x10`, no `nan`) before `int()`/`float()` read them, booleans
+are `true/false`, names are checked against the registry and `RunConfig` (registry names only).
+Keys outside this scheme (other pages' parameters) are ignored; a setup key without `optimizer`
+is refused.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping
 
 import pydantic
 
 from optimizers import registry
-from training.config import RunConfig
+from training.config import RunConfig, allowed, describe_error
 
 INT_FIELDS = ("batch_size", "steps", "seed", "eval_every")
 STR_FIELDS = ("optimizer", "dataset", "model", "dtype", "device")
 MAX_VALUE_CHARS = 64
+# Python's int()/float() also take "1_000", " 7 ", Unicode digits and "nan": a link is stricter.
+INT_SYNTAX = re.compile(r"[+-]?[0-9]+")
+FLOAT_SYNTAX = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+NON_FINITE = ("inf", "infinity", "nan")
 
 
 class QueryParamsError(ValueError):
@@ -58,21 +65,19 @@ def _one(params: Mapping[str, Any], key: str) -> str:
     return value
 
 
-def _int(key: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise QueryParamsError(key, f"{text!r} is not an integer") from None
+def _int(key: str, text: str, allowed_text: str = "an integer") -> int:
+    if not INT_SYNTAX.fullmatch(text):
+        raise QueryParamsError(key, f"{text!r} is not an integer; allowed: {allowed_text}")
+    return int(text)
 
 
-def _float(key: str, text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise QueryParamsError(key, f"{text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise QueryParamsError(key, f"{text!r} refused: must be finite")
-    return value
+def _float(key: str, text: str, allowed_text: str = "a finite decimal number") -> float:
+    finite = FLOAT_SYNTAX.fullmatch(text) and math.isfinite(float(text))  # 1e400 is not
+    if not finite:
+        infinite = FLOAT_SYNTAX.fullmatch(text) or text.lower().lstrip("+-") in NON_FINITE
+        problem = "refused: must be finite" if infinite else "is not a number"
+        raise QueryParamsError(key, f"{text!r} {problem}; allowed: {allowed_text}")
+    return float(text)
 
 
 def _option(key: str, text: str, default: Any) -> Any:
@@ -84,7 +89,14 @@ def _option(key: str, text: str, default: Any) -> Any:
         return _int(key, text)
     if isinstance(default, float):
         return _float(key, text)
+    if key == "opt.inner" and text not in registry.OPTIMIZERS:
+        raise QueryParamsError(key, f"{text!r} is not a registered optimizer; known: "
+                                    f"{', '.join(registry.names())}")
     return text
+
+
+def _is_setup_key(key: str) -> bool:
+    return key in STR_FIELDS or key in INT_FIELDS or key.startswith(("hp.", "opt."))
 
 
 def from_query_params(params: Mapping[str, Any]) -> RunConfig | None:
@@ -95,9 +107,13 @@ def from_query_params(params: Mapping[str, Any]) -> RunConfig | None:
 
     Raises:
         QueryParamsError: a value that does not parse, an unknown optimizer, option or
-            hyperparameter, or one `RunConfig` refuses (message names the parameter).
+            hyperparameter, setup keys without `optimizer`, or a value `RunConfig` refuses
+            (message names the parameter and what it allows).
     """
     if "optimizer" not in params:
+        if any(_is_setup_key(key) for key in params):
+            raise QueryParamsError("optimizer", f"missing: a shared setup names its optimizer, "
+                                                f"one of {', '.join(registry.names())}")
         return None
     values: dict[str, Any] = {}
     for field in STR_FIELDS:
@@ -105,13 +121,13 @@ def from_query_params(params: Mapping[str, Any]) -> RunConfig | None:
             values[field] = _one(params, field)
     for field in INT_FIELDS:
         if field in params:
-            values[field] = _int(field, _one(params, field))
+            values[field] = _int(field, _one(params, field), allowed(field))
     optimizer = values["optimizer"]
     try:
         defaults = registry.option_defaults(optimizer)
     except KeyError as error:
         raise QueryParamsError("optimizer", error.args[0]) from None
-    options, hypers = {}, {}
+    options, texts = {}, {}
     for key in params:
         if key.startswith("opt."):
             name = key[4:]
@@ -119,31 +135,35 @@ def from_query_params(params: Mapping[str, Any]) -> RunConfig | None:
                 raise QueryParamsError(key, f"unknown option for {optimizer}; it takes "
                                             f"{', '.join(defaults) or 'no options'}")
             options[name] = _option(key, _one(params, key), defaults[name])
+            try:  # one option at a time, so a refusal names its own key
+                registry.specs(optimizer, {name: options[name]})  # the constructor checks too
+            except (KeyError, ValueError) as error:
+                raise QueryParamsError(key, error.args[0]) from None
         elif key.startswith("hp."):
-            hypers[key[3:]] = _float(key, _one(params, key))
+            texts[key[3:]] = _one(params, key)
     try:
         specs = {s.name: s for s in registry.specs(optimizer, options)}
     except (KeyError, ValueError) as error:
         raise QueryParamsError("opt." + next(iter(options), ""), error.args[0]) from None
-    for name, value in hypers.items():
+    hypers = {}
+    for name, text in texts.items():
         if name not in specs:
             raise QueryParamsError(f"hp.{name}", f"{name} refused: {optimizer} has "
                                                  f"{', '.join(specs)}")
+        hypers[name] = _float(f"hp.{name}", text, specs[name].allowed())
         try:
-            specs[name].validate(value)
+            specs[name].validate(hypers[name])
         except ValueError as error:
             raise QueryParamsError(f"hp.{name}", str(error)) from None
     values.update(options=options, hyperparameters=hypers)
     try:
         return RunConfig(**values)
     except pydantic.ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        message = str(first["msg"]).removeprefix("Value error, ")
-        if not field:  # the optimizer/model check names the field at the start of the message
+        field, message = describe_error(error)
+        if field == "config":  # the optimizer/model check names the field in its message
             name = message.split("=", 1)[0].split(" ")[-1].strip("'")
-            field = (f"hp.{name}" if name in hypers else f"opt.{name}" if name in options
-                     else name if name in RunConfig.model_fields else "config")
+            field = f"hp.{name}" if name in hypers else f"opt.{name}" if name in options \
+                else field
         raise QueryParamsError(field, message) from None
 
 

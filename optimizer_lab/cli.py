@@ -4,7 +4,7 @@
         --steps 500 --seed 0 [--config FILE.json] [--store PATH] [--name TEXT]
     python -m optimizer_lab list [--store PATH]
     python -m optimizer_lab export RUN_ID --out DIR [--store PATH] [--no-tensorboard]
-    python -m optimizer_lab import FILE.json [--store PATH]
+    python -m optimizer_lab import FILE.json|RUN.zip [--store PATH]
 
 `train` and `import` create the run in the store (default `$OPTIMIZER_LAB_HOME/runs.sqlite`,
 the one the Streamlit app shows) and start the same run process the Train page starts
@@ -14,8 +14,10 @@ Ctrl-C sends `stop` to the run and waits for it to end. `--detach` returns at on
 Hyperparameter flags are generated from the registry's `HyperSpec`s (`--learning-rate`,
 `--beta-1`, `--momentum`, ...) and option flags from the optimizers' options (`--amsgrad`,
 `--nesterov`, `--inner`, ...); values are checked by the chosen optimizer's specs and by
-`RunConfig`, and a refusal is an argparse error naming the flag and the allowed range
-(exit status 2). The run's exit status is 0 when it finished, 1 otherwise.
+`RunConfig`. Any refusal (a bad value, an unknown name, a missing or unreadable file, a store
+that is not one) is ONE line on stderr, `python -m optimizer_lab <command>: error: argument
+--flag: ... allowed ...`, exit status 2, no traceback. `import` takes a config JSON or an
+exported run zip. The run's exit status is 0 when it finished, 1 otherwise.
 
 Same config and seed give the same curve: the run's weights, split and batch order are seeded
 from `RunConfig.seed` alone.
@@ -24,6 +26,7 @@ from `RunConfig.seed` alone.
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -32,8 +35,8 @@ from typing import Any, Sequence
 import pydantic
 
 from optimizers import registry
-from training.config import DATASETS, MODELS, RunConfig
-from training.config_io import ConfigImportError, load_config
+from training.config import DATASETS, MODELS, RunConfig, describe_error
+from training.config_io import ConfigImportError
 from training.store import FINAL_STATUSES, RunStore
 
 RUN_FIELDS = {  # RunConfig field -> (flag, argparse kwargs)
@@ -48,6 +51,19 @@ RUN_FIELDS = {  # RunConfig field -> (flag, argparse kwargs)
     "dtype": {"choices": ("float32", "float64")},
 }
 POLL_S = 0.2
+MAX_NAME_CHARS = 120  # as `RunStore.rename_run`
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `prog: error: message (see --help)`, exit status 2.
+
+    The stock parser prints the usage first, dozens of lines for `train`, which buries the one
+    line that says what was wrong. Sub-parsers inherit this class.
+    """
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        one_line = " ".join(str(message).split())
+        self.exit(2, f"{self.prog}: error: {one_line} (see {self.prog} --help)\n")
 
 
 def flag(name: str) -> str:
@@ -95,14 +111,15 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser; hyperparameter and option flags come from the registry."""
-    parser = argparse.ArgumentParser(prog="python -m optimizer_lab",
-                                     description="Optimizer Lab from the command line.")
+    parser = Parser(prog="python -m optimizer_lab",
+                    description="Optimizer Lab from the command line.")
     commands = parser.add_subparsers(dest="command", required=True)
 
     train = commands.add_parser("train", help="train one run into the store",
                                 description="Train one run; flags override --config.")
     train.add_argument("--config", type=Path, default=None,
-                       help="start from this config JSON (an export or a bare RunConfig)")
+                       help="start from this config JSON (an export or a bare RunConfig) or "
+                            "exported run zip")
     for field, kwargs in RUN_FIELDS.items():
         kwargs = dict(kwargs)
         if field == "optimizer":
@@ -135,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--no-tensorboard", action="store_true")
     _store_argument(export)
 
-    imported = commands.add_parser("import", help="start a run from a config JSON file")
+    imported = commands.add_parser("import", help="start a run from a config JSON file or an "
+                                                  "exported run zip")
     imported.add_argument("file", type=Path)
     _store_argument(imported)
     _run_arguments(imported)
@@ -146,10 +164,12 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     """The `RunConfig` of `train`'s flags (over `--config`); refusals are `parser.error`."""
     base: dict[str, Any] = {}
     if args.config is not None:
+        from training.export import load_import  # pandas: only when a file is given
+
         try:
-            base = load_config(str(args.config)).to_json_dict()
+            base = load_import(args.config).to_json_dict()
         except (ConfigImportError, OSError) as error:
-            parser.error(f"argument --config: {args.config}: {error}")
+            parser.error(f"argument --config: {args.config}: {_os_message(error)}")
     if args.optimizer is not None and args.optimizer != base.get("optimizer", args.optimizer):
         base.pop("hyperparameters", None)  # another optimizer: the file's values do not apply
         base.pop("options", None)
@@ -168,6 +188,11 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
             parser.error(f"argument {flag(name)}: {optimizer} takes "
                          f"{', '.join(flag(k) for k in takes) or 'no options'}")
         options[name] = value
+    for name, value in options.items():  # one at a time, so the refusal names its flag
+        try:
+            registry.specs(optimizer, {name: value})  # builds it: the constructor checks too
+        except (KeyError, ValueError) as error:
+            parser.error(f"argument {flag(name)}: {error.args[0]}")
     try:
         options = registry.validate_options(optimizer, options)
         specs = {s.name: s for s in registry.specs(optimizer, options)}
@@ -189,11 +214,32 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     try:
         return RunConfig(**base)
     except pydantic.ValidationError as error:
-        first = error.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        message = str(first["msg"]).removeprefix("Value error, ")
+        field, message = describe_error(error)
         where = f"argument {flag(field)}" if field in RUN_FIELDS else "config"
         parser.error(f"{where}: {message}")
+    raise AssertionError("unreachable")
+
+
+def _os_message(error: Exception) -> str:
+    """`[Errno 2] No such file or directory: 'x'` -> `No such file or directory`."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error)
+
+
+def open_store(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RunStore:
+    """The run store of `--store` (default `$OPTIMIZER_LAB_HOME/runs.sqlite`).
+
+    `list` and `export` only read: a `--store` that does not exist is refused rather than
+    created empty. Every failure to open is `parser.error` naming `--store`.
+    """
+    if args.store is not None and args.command in ("list", "export") and not args.store.is_file():
+        parser.error(f"argument --store: {args.store}: no such run-store file")
+    try:
+        return RunStore(args.store) if args.store else RunStore()
+    except (OSError, sqlite3.Error) as error:
+        where = args.store or "the default store (OPTIMIZER_LAB_HOME)"
+        parser.error(f"argument --store: {where}: not a usable run store ({_os_message(error)})")
     raise AssertionError("unreachable")
 
 
@@ -267,15 +313,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of `python -m optimizer_lab`; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    store = RunStore(args.store) if args.store else RunStore()
+    if len(getattr(args, "name", "")) > MAX_NAME_CHARS:
+        parser.error(f"argument --name: {len(args.name)} characters refused; allowed: at most "
+                     f"{MAX_NAME_CHARS}")
     if args.command == "train":
-        return run_config(config_from_args(args, parser), store, args)
+        config = config_from_args(args, parser)  # before the store: a refusal touches nothing
+        return run_config(config, open_store(args, parser), args)
     if args.command == "import":
+        from training.export import load_import
+
         try:
-            config = load_config(str(args.file))
+            config = load_import(args.file)
         except (ConfigImportError, OSError) as error:
-            parser.error(f"argument file: {args.file}: {error}")
-        return run_config(config, store, args)
+            parser.error(f"argument file: {args.file}: {_os_message(error)}")
+        return run_config(config, open_store(args, parser), args)
+    store = open_store(args, parser)
     if args.command == "list":
         print(list_runs(store))
         return 0
@@ -286,6 +338,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             paths = export_run(store, args.run_id, args.out, tensorboard=not args.no_tensorboard)
         except KeyError as error:
             parser.error(f"argument run_id: {error.args[0]}")
+        except OSError as error:
+            parser.error(f"argument --out: {args.out}: cannot write the export "
+                         f"({_os_message(error)}: {error.filename or args.out})")
         print(f"exported run {args.run_id} to {paths.directory}")
         print(f"  config      {paths.config}")
         for name, path in paths.tables.items():

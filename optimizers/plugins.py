@@ -10,6 +10,12 @@ traceback and reported, and the other files still load. Code is only ever read f
 Each OptimizerV2 subclass a plugin defines goes through `contract.check_optimizer`; a subclass
 of `RuleOptimizer` that passes every item is added to the registry under its `REGISTRY_NAME`
 class attribute (default: the class name in lower case), so it appears in every optimizer list.
+It is not registered (and the report says why) when that name is not `NAME_PATTERN` or is taken,
+or when its class name is already a registered class's: config files name optimizers by class
+name too, so a plugin `Adam` must not answer for the built-in one.
+
+A folder that does not exist is reported by `folder_problem`; a file that fails to import
+(syntax error, exception, `sys.exit`) by its `PluginReport.error` and one-line `summary`.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import argparse
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -32,6 +39,8 @@ from optimizers.base import RuleOptimizer
 ENV_VAR = "OPTIMIZER_LAB_PLUGINS"
 DEFAULT_DIR = Path(__file__).resolve().parents[1] / "plugins"
 MODULE_PREFIX = "optimizer_lab_plugins"
+# Registry names end up in widget keys, URL parameters and command-line choices.
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")
 LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
 
 
@@ -59,6 +68,29 @@ class PluginReport:
     module: str
     error: str | None
     classes: list[ClassReport] = field(default_factory=list)
+
+    @property
+    def summary(self) -> str | None:
+        """The import error in one line, with the plugin's line when known, e.g.
+        `line 3: SyntaxError: invalid syntax`; None when the import worked."""
+        if self.error is None:
+            return None
+        lines = self.error.strip().splitlines()
+        # the deepest frame in the plugin file itself (a SyntaxError's frame names it too)
+        where = [m.group(1) for m in re.finditer(rf'File "{re.escape(self.path)}", line (\d+)',
+                                                 self.error)]
+        return f"line {where[-1]}: {lines[-1]}" if where else lines[-1]
+
+
+def folder_problem(directory: Path | str) -> str | None:
+    """Why `directory` cannot be a plugins folder (missing, not a folder), or None."""
+    folder = Path(directory)
+    if not folder.exists():
+        return (f"plugins folder {folder} does not exist (set it with --plugins DIR or "
+                f"{ENV_VAR}); no plugin was loaded")
+    if not folder.is_dir():
+        return f"plugins folder {folder} is not a folder; no plugin was loaded"
+    return None
 
 
 def plugins_dir(argv: Sequence[str] | None = None, environ: dict | None = None) -> Path:
@@ -107,25 +139,36 @@ def optimizer_classes(module: object) -> list[type]:
 
 
 def _register(cls: type, report: ClassReport) -> None:
-    existing = registry.OPTIMIZERS.get(report.registry_name)
+    name = report.registry_name
+    existing = registry.OPTIMIZERS.get(name)
     if existing is cls:
         report.registered, report.note = True, "already registered"
         return
-    if existing is not None:
-        report.note = f"not registered: the name {report.registry_name!r} is taken by {existing.__name__}"
+    if not NAME_PATTERN.fullmatch(name):
+        report.note = (f"not registered: REGISTRY_NAME {name!r} refused; allowed: lower-case "
+                       "letters, digits and _, starting with a letter, at most 40 characters")
         return
-    registry.register(report.registry_name, cls)
+    if existing is not None:
+        report.note = f"not registered: the name {name!r} is taken by {existing.__name__}"
+        return
+    same_class = [n for n, c in registry.OPTIMIZERS.items() if c.__name__ == cls.__name__]
+    if same_class:
+        report.note = (f"not registered: the class name {cls.__name__} is taken by optimizer "
+                       f"{same_class[0]!r} (config files name optimizers by class name)")
+        return
+    registry.register(name, cls)
     report.registered, report.note = True, f"registered as {report.registry_name!r}"
 
 
 def discover(directory: Path | str | None = None, register: bool = True) -> list[PluginReport]:
     """Import every plugin of `directory` (default `plugins_dir()`), check and register them.
 
-    Returns one `PluginReport` per file, sorted by file name. Never raises for a broken plugin.
+    Returns one `PluginReport` per file, sorted by file name (none for a missing folder: see
+    `folder_problem`). Never raises for a broken plugin.
     """
     folder = Path(directory) if directory is not None else plugins_dir()
     reports = []
-    for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+    for path in sorted(folder.glob("*.py")) if folder_problem(folder) is None else []:
         if path.name.startswith("_"):
             continue
         module, error = import_plugin(path)
@@ -158,5 +201,5 @@ def ensure_registered(name: str) -> None:
     registry.get(name)
 
 
-__all__ = ["ensure_registered", "ClassReport", "ENV_VAR", "PluginReport", "discover", "import_plugin", "plugins_dir",
-           "registry_name"]
+__all__ = ["ensure_registered", "ClassReport", "ENV_VAR", "NAME_PATTERN", "PluginReport", "discover",
+           "folder_problem", "import_plugin", "plugins_dir", "registry_name"]

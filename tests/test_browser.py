@@ -30,12 +30,25 @@ def browser_page(tmp_path_factory):
         browser.close()
 
 
+def alert(page, pattern: str):
+    """The first `st.error`/`st.warning` box whose text matches `pattern`."""
+    return page.locator('[data-testid="stAlert"]').filter(has_text=re.compile(pattern)).first
+
+
 def test_train_flow_with_live_learning_rate_change(browser_page):
     url, page = browser_page
     page.goto(url)
     page.get_by_role("button", name="Start").wait_for()
+    # bad input before the start: named with its range, Start refused until it is fixed
+    set_number(page, "learning_rate", "20")
+    alert(page, r"learning_rate.*\(0, 10\]").wait_for()
+    page.wait_for_function("() => [...document.querySelectorAll('button')]"
+                           ".some(b => b.innerText.trim() == 'Start' && b.disabled)")
+    no_exception(page, "train-invalid-learning-rate")
+    set_number(page, "learning_rate", "1.00e-3")
     set_number(page, "steps", "100000")
     page.wait_for_timeout(1500)
+    assert page.get_by_role("button", name="Start").is_enabled()
     page.get_by_role("button", name="Start").click()
     # the status line shows the run training and its step advancing
     status = page.get_by_text(re.compile(r"status running · step [1-9]\d*"))
@@ -59,6 +72,14 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
         timeout=60_000
     )
     no_exception(page, "train-after-lr-change")
+
+    # a refused live value: named with its range, the run goes on with the old value
+    set_number(page, "learning_rate", "-1")
+    alert(page, r"learning_rate.*\(0, 10\]").wait_for()
+    page.get_by_text(re.compile(r"status running · step [1-9]\d*")).wait_for()
+    table = page.locator("table").filter(has_text="learning_rate")
+    assert "-1" not in table.first.inner_text()
+    no_exception(page, "train-refused-live-value")
 
     page.get_by_role("button", name="Pause").click()
     page.get_by_text(re.compile(r"status paused")).wait_for(timeout=60_000)

@@ -70,3 +70,17 @@ def test_histograms_count_every_element():
     rows = recorder.histogram_rows(7, recorder.slot_series(variables, opt), hists)
     assert rows[0][0] == 7 and len(rows[0][5]) == recorder.BINS
     assert all(isinstance(c, int) for c in rows[0][5])
+
+
+def test_finite_guard_marks_exactly_the_non_finite_series():
+    opt, variables, before = _setup()
+    guard = recorder.finite_guard(variables, opt, before).numpy()
+    assert guard.shape == (6, 3) and not guard.any()  # all finite: zeros
+    opt.get_slot(variables[0], "v").assign(
+        tf.tensor_scatter_nd_update(opt.get_slot(variables[0], "v"), [[0, 0]], [np.inf]))
+    opt.get_slot(variables[1], "m").assign(
+        tf.tensor_scatter_nd_update(opt.get_slot(variables[1], "m"), [[2]], [np.nan]))
+    guard = recorder.finite_guard(variables, opt, before).numpy()
+    bad = [i for i, row in enumerate(guard) if not np.isfinite(row).all()]
+    assert bad == [1, 3]  # (dense_1/kernel, v) and (dense_1/bias, m)
+    assert np.isnan(guard[bad]).all() and not guard[[0, 2, 4, 5]].any()

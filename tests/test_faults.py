@@ -169,7 +169,7 @@ def test_sigkill_mid_write_loses_no_committed_record(store):
 
 # ----- b. The Streamlit server killed mid-run ---------------------------------------------------
 def test_server_sigkill_mid_run_the_run_trains_on_and_finishes(store, tmp_path):
-    config = RunConfig(dataset="moons", model="mlp", steps=6_000, eval_every=100)
+    config = RunConfig(dataset="moons", model="mlp", steps=4_000, eval_every=100)
     with streamlit_server(tmp_path) as url:
         run_id = runs.start_run(config, store)
         assert health(int(url.rsplit(":", 1)[1])) == "ok"
@@ -213,7 +213,8 @@ def test_server_sigkill_mid_run_the_run_trains_on_and_finishes(store, tmp_path):
 # ----- c. Divergence ---------------------------------------------------------------------------
 DIVERGED = re.compile(
     r"diverged at step (?P<step>\d+): (?:(?P<scalar>train_loss|val_loss) is not finite \(\S+\)"
-    r"|(?P<slot>\S+) of (?P<variable>\S+) is not finite \(norm=\S+, mean=\S+, std=\S+\))"
+    r"|(?P<slot>\S+) of (?P<variable>\S+) is not finite"
+    r" \((?:norm=\S+, mean=\S+, std=\S+|holds NaN or inf)\))"
 )
 
 

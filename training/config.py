@@ -144,7 +144,7 @@ def allowed(field: str) -> str:
     """
     info = RunConfig.model_fields.get(field)
     if info is None:
-        return "a field of " + ", ".join(RunConfig.model_fields)
+        return "no such field; the fields are " + ", ".join(RunConfig.model_fields)
     if field == "optimizer":  # read at call time: plugins join the registry after import
         return "one of " + ", ".join(registry.names())
     if info.description:
@@ -170,14 +170,17 @@ def describe_error(error: ValidationError) -> tuple[str, str]:
     location = [str(p) for p in first["loc"]]
     message = str(first["msg"]).removeprefix("Value error, ")
     if not location:
-        match = re.match(r"(\w+)=", message)
+        match = re.match(r"(\w+)[=\[]", message)  # `model='cnn' ...`, `autotune['lr']=...`
         field = match.group(1) if match and match.group(1) in RunConfig.model_fields else "config"
         return field, message
     field = ".".join(location)
     if first["type"] == "extra_forbidden":
-        return field, f"{message}: unknown field; {allowed('')}"
+        fields = ", ".join(RunConfig.model_fields)
+        return field, f"{message}: unknown field; allowed fields: {fields}"
     if first["type"] == "value_error":
         return field, message
+    if first["type"] == "string_pattern_mismatch":  # the regex itself tells a user nothing
+        message = "refused: not in the expected form"
     given = repr(first["input"])
     given = given if len(given) <= 40 else given[:37] + "..."
     return field, f"{message} (got {given}); allowed: {allowed(location[0])}"

@@ -173,15 +173,17 @@ def _check_hypers_first(candidate: dict[str, Any]) -> None:
     if "inner" in options and "inner" in registry.option_defaults(name) and (
             not isinstance(inner, str) or inner not in registry.OPTIMIZERS):
         raise ConfigImportError("options.inner", f"{inner!r} is not a registered optimizer "
-                                                 f"(nothing named in a config file is imported "
+                                                 "(nothing named in a config file is imported "
                                                  f"or evaluated); known: {', '.join(registry.names())}")
+    for key, value in options.items():  # one at a time, so a refusal names its own key
+        try:
+            registry.specs(name, {key: value})  # builds the optimizer: its constructor checks too
+        except (KeyError, ValueError) as error:
+            raise ConfigImportError(f"options.{key}", error.args[0]) from None
     try:
-        checked = registry.validate_options(name, dict(options))
-    except (KeyError, ValueError) as error:
-        key = next((k for k in options if f"{k!r}" in str(error) or f"{k}=" in str(error)), "")
-        raise ConfigImportError(f"options.{key}" if key else "options",
-                                error.args[0]) from None
-    specs = {s.name: s for s in registry.specs(name, checked)}
+        specs = {s.name: s for s in registry.specs(name, options)}
+    except (KeyError, ValueError) as error:  # each option alone was fine, together they are not
+        raise ConfigImportError("options", error.args[0]) from None
     for key, value in hypers.items():
         if key not in specs:
             raise ConfigImportError(

@@ -115,10 +115,10 @@ class Engine:
         grads = tape.gradient(loss, self.variables)
         self.optimizer.apply_gradients(zip(grads, self.variables))
         n = len(self.series)
-        stats = tf.cond(  # skipped on steps that record nothing (decimation)
+        stats = tf.cond(  # only a finiteness guard on steps that record nothing (decimation)
             level >= 1,
             lambda: recorder.packed_stats(self.variables, self.optimizer, before),
-            lambda: tf.zeros([n, 3], tf.float32),
+            lambda: recorder.finite_guard(self.variables, self.optimizer, before),
         )
         hists = tf.cond(
             level >= 2,
@@ -143,8 +143,9 @@ class Engine:
 
         Returns:
             (loss scalar of the model dtype, stats float32 [n_series, 3],
-             histograms float32 [n_series, 2 + BINS], zeros unless `with_histograms`); the stats are zeros when neither
-            `record` nor `with_histograms` (the compiled step skips them).
+             histograms float32 [n_series, 2 + BINS], zeros unless `with_histograms`); when
+            neither `record` nor `with_histograms`, the stats are `recorder.finite_guard`
+            (zeros, NaN rows for non-finite series).
         """
         level = _LEVELS[2 if with_histograms else 1 if record else 0]
         with tf.device(self.device):  # an XLA-compiled call runs where it is called from

@@ -19,15 +19,22 @@ Layout written by `export_run(store, run_id, out_dir)` (`<out>` = `out_dir/run-<
   `tensorboard --logdir <out_dir>` shows every exported run side by side.
 * `<out_dir>/run-<id>.zip`: all of the above.
 
+Import: `parse_import(data)` / `load_import(path)` take a config JSON or such a zip ("bundle");
+of a bundle only its one `run-<id>/config.json` is read, size-checked before decompressing and
+CRC-checked, then parsed by `training.config_io` (nothing in it is executed or unpickled).
+
 Never imports Streamlit; imports TensorFlow only inside `write_tensorboard`.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import time
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,10 +43,17 @@ import numpy as np
 import pandas as pd
 
 from optimizers import registry
+from training.config import RunConfig
+from training.config_io import MAX_BYTES, ConfigImportError, parse_config
 from training.store import RunStore
 
 FORMAT = "optimizer-lab/run-config"
 FORMAT_VERSION = 1
+# An exported zip holds tables and TensorBoard events besides the config: a larger limit than
+# a config JSON's `MAX_BYTES`, still checked before the archive is opened.
+BUNDLE_MAX_BYTES = 16 * 1024 * 1024
+BUNDLE_CONFIG = re.compile(r"run-[0-9]+/config\.json")  # the one member an import reads
+ZIP_MAGIC = b"PK"
 SCALAR_ORDER = ("train_loss", "val_loss", "val_accuracy")  # first in the wide table, in this order
 TABLES = ("scalars", "slot_stats", "hyper_changes", "histograms")
 
@@ -263,3 +277,64 @@ def export_run(store: RunStore, run_id: int, out_dir: str | os.PathLike,
             if path.is_file():
                 archive.write(path, path.relative_to(out_dir).as_posix())
     return ExportPaths(directory, config_path, tables, logdir, zip_path)
+
+
+# ----- import ----------------------------------------------------------------------------------
+def _bundle_error(message: str) -> ConfigImportError:
+    return ConfigImportError("bundle", message)
+
+
+def read_bundle(data: bytes) -> RunConfig:
+    """The `RunConfig` of an exported run zip (`run-<id>.zip` as `export_run` writes it).
+
+    Raises:
+        ConfigImportError: field `bundle`: larger than `BUNDLE_MAX_BYTES`, not a zip or
+            truncated, no or several `run-<id>/config.json`, that member larger than
+            `config_io.MAX_BYTES` once decompressed, or corrupted (CRC or deflate error);
+            otherwise as `config_io.parse_config` for the config itself.
+    """
+    if len(data) > BUNDLE_MAX_BYTES:
+        raise _bundle_error(f"file refused: {len(data):,} bytes, an exported run zip may hold "
+                            f"at most {BUNDLE_MAX_BYTES:,} bytes")
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as error:
+        raise _bundle_error(f"not a readable zip archive, truncated or corrupted ({error})") \
+            from None
+    with archive:
+        members = [m for m in archive.infolist() if BUNDLE_CONFIG.fullmatch(m.filename)]
+        if len(members) != 1:
+            raise _bundle_error(f"an exported run zip holds exactly one run-<id>/config.json; "
+                                f"this one holds {len(members)}")
+        (member,) = members
+        if member.file_size > MAX_BYTES:  # the header's size, before decompressing anything
+            raise _bundle_error(f"{member.filename} refused: {member.file_size:,} bytes, a "
+                                f"config file may hold at most {MAX_BYTES:,} bytes")
+        try:
+            with archive.open(member) as handle:
+                text = handle.read(MAX_BYTES + 1)  # never more, whatever the header claims
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, ValueError,
+                RuntimeError) as error:  # CRC, deflate stream, cut member, encryption
+            raise _bundle_error(f"{member.filename} is corrupted ({error})") from None
+    return parse_config(text)
+
+
+def parse_import(data: bytes) -> RunConfig:
+    """A `RunConfig` from an uploaded or given file: an exported run zip or a config JSON.
+
+    Raises:
+        ConfigImportError: as `read_bundle` (zip) or `config_io.parse_config` (anything else).
+    """
+    return read_bundle(data) if data[:2] == ZIP_MAGIC else parse_config(data)
+
+
+def load_import(path: str | os.PathLike) -> RunConfig:
+    """Read and import a file (`parse_import`); at most `BUNDLE_MAX_BYTES` + 1 bytes are read.
+
+    Raises:
+        ConfigImportError: as `parse_import`.
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as handle:
+        data = handle.read(BUNDLE_MAX_BYTES + 1)
+    return parse_import(data)

@@ -148,6 +148,20 @@ def packed_stats(variables, optimizer, before) -> tf.Tensor:
     return tf.stack([tensor_stats(t) for t in _series_tensors(variables, optimizer, before)])
 
 
+def finite_guard(variables, optimizer, before) -> tf.Tensor:
+    """float32 [n_series, 3]: zeros where a series of `slot_series` is all finite, NaN where it
+    holds a NaN or an inf (`0 * max|t|`), for the steps that record nothing.
+
+    Why: an Adagrad accumulator (or Adam's `v`) can overflow to inf while the loss stays
+    finite; checking this every step lets a run stop at the first non-finite slot, at one
+    fused max-reduction per series instead of the three moments of `packed_stats`.
+    """
+    return tf.stack([
+        tf.zeros([3], tf.float32) * tf.cast(tf.reduce_max(tf.abs(t)), tf.float32)
+        for t in _series_tensors(variables, optimizer, before)
+    ])
+
+
 def packed_histograms(variables, optimizer, before, bins: int = BINS) -> tf.Tensor:
     """float32 [n_series, 2 + bins] histograms of every series of `slot_series` (see above)."""
     return tf.stack(

@@ -260,14 +260,15 @@ class _Run:
         if not math.isfinite(loss):
             raise _Diverged(f"diverged at step {step}: train_loss is not finite ({loss})")
         self.meter.add(loss)
+        stats = stats.numpy()  # on every step: the recorded stats or the finiteness guard
+        bad = np.flatnonzero(~np.isfinite(stats).all(axis=1))
+        if bad.size:
+            variable, slot = self.engine.series[bad[0]]
+            detail = (f"norm={stats[bad[0], 0]:.3g}, mean={stats[bad[0], 1]:.3g}, "
+                      f"std={stats[bad[0], 2]:.3g}" if record else "holds NaN or inf")
+            raise _Diverged(f"diverged at step {step}: {slot} of {variable} is not finite "
+                            f"({detail})")
         if record:
-            stats = stats.numpy()
-            bad = np.flatnonzero(~np.isfinite(stats).all(axis=1))
-            if bad.size:
-                variable, slot = self.engine.series[bad[0]]
-                norm, mean, std = stats[bad[0]].tolist()
-                raise _Diverged(f"diverged at step {step}: {slot} of {variable} is not finite "
-                                f"(norm={norm:.3g}, mean={mean:.3g}, std={std:.3g})")
             self.buffers["scalars"].append((step, "train_loss", self.meter.take()))
             self.buffers["slot_stats"] += recorder.stats_rows(step, self.engine.series, stats)
             if hist:

@@ -203,7 +203,9 @@ def on_hyper_change(name: str) -> None:
     try:
         command = runs.set_hyper(store(), run["id"], name, value, source="user")
     except InvalidHyperparameter as error:
-        state["live_messages"] = [("error", f"not sent to run #{run['id']}: {error}")]
+        current = (run["optimizer_config"] or {}).get(name)
+        keeps = f"; it goes on with {name} = {current:.6g}" if isinstance(current, float) else ""
+        state["live_messages"] = [("error", f"not sent to run #{run['id']}{keeps}: {error}")]
         return
     state["live_messages"] = [
         ("success", f"{name} = {value:.6g} sent to run #{run['id']} (command {command})")

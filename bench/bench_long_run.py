@@ -1,0 +1,321 @@
+"""Benchmark: a long run watched live - is memory flat, the store bounded, the page responsive?
+
+    PYTHONPATH=. python bench/bench_long_run.py [--steps 200000] [--every 5] [--load-every 6]
+
+A 200,000-step run of the 2-D moons MLP (Adam, batch 128, eval every 100) in a real worker
+subprocess with FULL recording (`--full-recording`: train loss and slot statistics at every
+step, histograms every 20) while `streamlit run app.py` serves the Train page and a headless
+Debian Chromium (Playwright) watches the run: the page is opened on the run through the
+Train page's run selector (a view-only session: the bench starts the run, not the page).
+
+Every `--every` seconds one sample:
+
+* `step`: `runs.step` in the store;
+* `run MiB` / `server MiB` / `chrome MiB`: VmRSS of the worker, of the Streamlit server and
+  the sum over the Chromium processes started here (/proc/<pid>/status);
+* `store MiB`: runs.sqlite + runs.sqlite-wal;
+* `refresh s`: on the watching page, the time between two successive changes of the step
+  number in the live status line (the fragment re-reads the store every 0.5 s, so 0.5 s is
+  the floor: more means the server or the browser cannot keep up);
+* `load s` (every `--load-every` samples): a fresh tab: open the Train page, pick the run in
+  the selector, until its status line shows.
+
+The summary compares the first and the last 10 % of the run (by step): peak and median RSS
+and their ratio (1.0 = flat), the store's bytes per step, steps/s, and the percentiles of the
+page's refresh and load times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from _streamlit_server import streamlit_server  # noqa: E402
+from training.config import RunConfig  # noqa: E402
+from training.store import FINAL_STATUSES, RunStore  # noqa: E402
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+STATUS = re.compile(r"Run #(\d+) · status (\w+) · step (\d+)/(\d+)")
+MiB = 2 ** 20
+
+
+@dataclass
+class Sample:
+    t: float  # seconds since the worker started
+    step: int
+    run_rss: int
+    server_rss: int
+    chrome_rss: int
+    store_bytes: int
+    refresh_s: float | None
+    load_s: float | None
+
+
+# ----- processes ------------------------------------------------------------------------------
+def rss(pid: int | None) -> int:
+    """VmRSS of `pid` in bytes (0 when it is gone)."""
+    if not pid:
+        return 0
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _parents() -> dict[int, int]:
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                out[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def descendants(root: int) -> list[int]:
+    parents = _parents()
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == pid]
+        found += children
+        frontier += children
+    return found
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def server_pid(url: str) -> int:
+    port = url.rsplit(":", 1)[1].encode()
+    for pid in descendants(os.getpid()):
+        argv = cmdline(pid).split(b"\0")
+        if b"streamlit" in argv and port in argv:
+            return pid
+    raise LookupError(f"no streamlit process of this bench serves {url}")
+
+
+def chrome_rss() -> int:
+    return sum(rss(pid) for pid in descendants(os.getpid()) if b"chrom" in cmdline(pid))
+
+
+# ----- the page -------------------------------------------------------------------------------
+def open_run(page, url: str, run_id: int, timeout_ms: float = 120_000) -> None:
+    """Open the Train page and pick `run_id` in its run selector (unless already shown)."""
+    page.goto(url)
+    page.get_by_role("button", name="Start").wait_for(timeout=timeout_ms)
+    shown = page.get_by_text(re.compile(rf"Run #{run_id} · status"))
+    if shown.count() == 0:
+        page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').first.click()
+        page.get_by_role("option", name=re.compile(rf"^#{run_id} ")).click()
+    shown.first.wait_for(timeout=timeout_ms)
+
+
+def page_step(page) -> int | None:
+    match = STATUS.search(page.locator('[data-testid="stMain"]').inner_text(timeout=60_000))
+    return int(match.group(3)) if match else None
+
+
+def wait_step_change(page, after: int | None, timeout_ms: float) -> int | None:
+    """Wait until the status line shows a step other than `after`; return it."""
+    page.wait_for_function(
+        """([after]) => {
+            const m = document.body.innerText.match(/status (\\w+) · step (\\d+)\\//);
+            return m && (Number(m[2]) !== after || m[1] !== 'running');
+        }""",
+        arg=[after if after is not None else -1], timeout=timeout_ms, polling=20,
+    )
+    return page_step(page)
+
+
+def refresh_time(page, timeout_ms: float = 120_000) -> float | None:
+    """Seconds between two successive changes of the status line's step number."""
+    try:
+        first = wait_step_change(page, page_step(page), timeout_ms)  # align on a change
+        start = time.perf_counter()
+        second = wait_step_change(page, first, timeout_ms)
+        elapsed = time.perf_counter() - start
+        return None if second is None or second == first else elapsed
+    except Exception:  # noqa: BLE001 - the run ended meanwhile, or the page timed out
+        return None
+
+
+def load_time(context, url: str, run_id: int) -> float | None:
+    page = context.new_page()
+    try:
+        start = time.perf_counter()
+        open_run(page, url, run_id)
+        return time.perf_counter() - start
+    except Exception as error:  # noqa: BLE001 - reported as a missing value
+        print(f"  (fresh load failed: {type(error).__name__}: {str(error)[:200]})", flush=True)
+        return None
+    finally:
+        page.close()
+
+
+# ----- statistics -----------------------------------------------------------------------------
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    k = (len(values) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(samples: list[Sample]) -> None:
+    print(f"{'t s':>7} {'step':>8} {'run MiB':>8} {'server MiB':>10} {'chrome MiB':>10} "
+          f"{'store MiB':>9} {'refresh s':>9} {'load s':>7}")
+    for s in samples:
+        print(f"{s.t:7.1f} {s.step:8d} {s.run_rss / MiB:8.1f} {s.server_rss / MiB:10.1f} "
+              f"{s.chrome_rss / MiB:10.1f} {s.store_bytes / MiB:9.1f} "
+              f"{fmt(s.refresh_s, '9.2f'):>9} {fmt(s.load_s, '7.2f'):>7}")
+
+
+def summary(samples: list[Sample], steps: int, train_s: float, store_bytes: int,
+            status: str) -> None:
+    first = [s for s in samples if 0 < s.step <= 0.1 * steps]
+    last = [s for s in samples if s.step >= 0.9 * steps]
+    print(f"\nsummary ({len(samples)} samples; first 10 % = {len(first)} samples with step <= "
+          f"{steps // 10:,}, last 10 % = {len(last)} samples with step >= {9 * steps // 10:,})")
+    print(f"  run status             : {status}")
+    for label, key in (("run process RSS", "run_rss"), ("server RSS", "server_rss"),
+                       ("chromium RSS", "chrome_rss")):
+        a = [getattr(s, key) / MiB for s in first if getattr(s, key)]
+        b = [getattr(s, key) / MiB for s in last if getattr(s, key)]
+        if a and b:
+            print(f"  {label:<23}: peak {max(a):7.1f} -> {max(b):7.1f} MiB (x{max(b) / max(a):.3f})"
+                  f", median {statistics.median(a):7.1f} -> {statistics.median(b):7.1f} MiB "
+                  f"(x{statistics.median(b) / statistics.median(a):.3f})")
+        else:
+            print(f"  {label:<23}: not enough samples")
+    print(f"  store                  : {store_bytes:,} bytes for {steps:,} steps = "
+          f"{store_bytes / steps:,.0f} bytes/step")
+    print(f"  throughput             : {steps / train_s:,.1f} steps/s ({train_s:.1f} s from step 1 "
+          "to the end)")
+    for label, values in (
+        ("page refresh (s)", [s.refresh_s for s in samples if s.refresh_s is not None]),
+        ("  first 10 %", [s.refresh_s for s in first if s.refresh_s is not None]),
+        ("  last 10 %", [s.refresh_s for s in last if s.refresh_s is not None]),
+        ("fresh page load (s)", [s.load_s for s in samples if s.load_s is not None]),
+    ):
+        if values:
+            print(f"  {label:<23}: p50 {pct(values, 50):6.2f}  p90 {pct(values, 90):6.2f}  "
+                  f"p99 {pct(values, 99):6.2f}  max {max(values):6.2f}  (n={len(values)})")
+        else:
+            print(f"  {label:<23}: no measurement")
+
+
+# ----- main -----------------------------------------------------------------------------------
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200_000, help="run length (smoke: 5000)")
+    parser.add_argument("--every", type=float, default=5.0, help="seconds between samples")
+    parser.add_argument("--load-every", type=int, default=6,
+                        help="a fresh page load every this many samples (0 = never)")
+    parser.add_argument("--keep", metavar="DIR", help="use DIR as the data directory and keep it")
+    args = parser.parse_args(argv)
+    chromium = shutil.which("chromium")
+    if chromium is None:
+        print("Debian's chromium is not installed (apt-get install chromium)", file=sys.stderr)
+        return 2
+    from playwright.sync_api import sync_playwright
+
+    config = RunConfig(dataset="moons", model="mlp", steps=args.steps, eval_every=100)
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(args.keep or tmp)
+        home.mkdir(parents=True, exist_ok=True)
+        store = RunStore(home / "runs.sqlite")
+        with streamlit_server(home) as url, sync_playwright() as pw:
+            server = server_pid(url)
+            browser = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            run_id = store.create_run(config.to_json_dict(), name="bench_long_run")
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+                [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+            log = open(home / f"run-{run_id}.log", "wb")
+            start = time.monotonic()
+            worker = subprocess.Popen(
+                [sys.executable, "-m", "training.worker", "--store", str(store.path),
+                 "--run-id", str(run_id), "--full-recording"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+            print(f"moons MLP, Adam, {args.steps:,} steps, full recording; worker pid "
+                  f"{worker.pid}, server pid {server}, {url}", flush=True)
+            samples: list[Sample] = []
+            try:
+                while store.run(run_id)["step"] < 1 and worker.poll() is None:
+                    time.sleep(0.1)
+                step1 = time.monotonic()
+                page = context.new_page()
+                page.set_default_timeout(120_000)
+                open_run(page, url, run_id)
+                print("page open on the run; sampling every "
+                      f"{args.every:g} s", flush=True)
+                number = 0
+                while worker.poll() is None:
+                    tick = time.monotonic()
+                    refresh = refresh_time(page)
+                    load = (load_time(context, url, run_id)
+                            if args.load_every and number % args.load_every == 0 else None)
+                    run = store.run(run_id)
+                    sample = Sample(time.monotonic() - start, run["step"], rss(worker.pid),
+                                    rss(server), chrome_rss(), store.size_bytes(), refresh, load)
+                    samples.append(sample)
+                    if number % 12 == 0:
+                        print(f"  t={sample.t:7.1f} s step {sample.step:,} run "
+                              f"{sample.run_rss / MiB:.0f} MiB server "
+                              f"{sample.server_rss / MiB:.0f} MiB store "
+                              f"{sample.store_bytes / MiB:.1f} MiB refresh "
+                              f"{fmt(refresh, '.2f')} s", flush=True)
+                    number += 1
+                    time.sleep(max(0.0, args.every - (time.monotonic() - tick)))
+                end = time.monotonic()
+            finally:
+                if worker.poll() is None:
+                    worker.kill()
+                worker.wait()
+                log.close()
+                browser.close()
+            run = store.run(run_id)
+            size = store.size_bytes()
+        print()
+        print_table(samples)
+        summary(samples, run["step"] or args.steps, end - step1, size,
+                f"{run['status']} ({run['message']}), worker exit code {worker.returncode}")
+    return 0 if run["status"] == "finished" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
