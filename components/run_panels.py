@@ -1,0 +1,114 @@
+"""The three panels of a run on the Train page: Curves, Slots, Config.
+
+Streamlit calls only; the figures come from the pure builders of `components.figures` and the
+data from the run store passed in.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from components import figures
+from training.store import RunStore
+
+SLOT_CAPTION = (
+    "**update** is the effective per-parameter step actually applied, `var_before - var_after` "
+    "(for Adam `lr_t * m / (sqrt(v) + epsilon)` with `lr_t = lr * sqrt(1 - beta_2^t) / "
+    "(1 - beta_1^t)`); the other slots are the optimizer's state created with `add_slot`."
+)
+
+
+def chart(fig, key: str) -> None:
+    """A full-width plotly chart without the plotly logo."""
+    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
+
+
+def changes_table(changes: pd.DataFrame) -> pd.DataFrame:
+    """The user / auto-tune changes, newest first, for an HTML table readable in the DOM."""
+    rows = changes[changes["source"] != "init"].iloc[::-1].head(12)
+    return pd.DataFrame({
+        "step": rows["step"].astype(int).to_list(),
+        "hyperparameter": rows["name"].to_list(),
+        "old": [figures._fmt(v) for v in rows["old"]],
+        "new": [figures._fmt(v) for v in rows["new"]],
+        "source": rows["source"].to_list(),
+    })
+
+
+def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
+               log_names: tuple[str, ...] = ()) -> None:
+    """Loss and accuracy curves, the hyperparameter trace (log axes for `log_names`) and the
+    table of live changes."""
+    rid = run["id"]
+    left, right = st.columns(2)
+    with left:
+        chart(figures.loss_figure(scalars, uirevision=rid, log_y=st.session_state.get(f"logy_{rid}", False)),
+              f"loss_{rid}")
+        st.checkbox("log loss axis", key=f"logy_{rid}")
+    with right:
+        chart(figures.accuracy_figure(scalars, uirevision=rid), f"accuracy_{rid}")
+    changes = store.hyper_changes(rid)
+    left, right = st.columns([3, 2])
+    with left:
+        st.markdown("**Hyperparameter trace** (value in effect at each step; ◆ = change)")
+        chart(figures.hyper_trace_figure(changes, run["step"], uirevision=rid, log_names=log_names),
+              f"hypers_{rid}")
+    with right:
+        st.markdown("**Hyperparameter changes**")
+        table = changes_table(changes)
+        if table.empty:
+            st.caption("No live change yet: move a hyperparameter in the sidebar while the run is active.")
+        else:
+            st.table(table.set_index("step"))
+
+
+def slots_tab(store: RunStore, run: dict[str, Any]) -> None:
+    """Per (variable, slot) norm/mean/std over the steps and one slot's distribution heatmap."""
+    rid = run["id"]
+    stats = store.slot_stats(rid)
+    if stats.empty:
+        st.info("No slot statistics yet (slots are created by the first `apply_gradients`).")
+        return
+    variables = list(dict.fromkeys(stats["variable"]))
+    variable = st.selectbox("variable", variables, key=f"slot_var_{rid}")
+    chart(figures.slot_stats_figure(stats, variable, uirevision=f"{rid}-{variable}"), f"slotstats_{rid}")
+    slots = list(dict.fromkeys(stats.loc[stats["variable"] == variable, "slot"]))
+    slot = st.selectbox("slot (distribution over the steps)", slots, key=f"slot_slot_{rid}",
+                        index=slots.index("update") if "update" in slots else 0)
+    hist = store.histograms(rid, variable, slot)
+    chart(figures.distribution_heatmap(hist, f"Distribution of {slot} of {variable}",
+                                       uirevision=f"{rid}-{variable}-{slot}"), f"heat_{rid}")
+    st.caption(SLOT_CAPTION)
+
+
+def config_tab(store: RunStore, run: dict[str, Any]) -> None:
+    """`get_config()` beside the live `_hyper` variables, the run config and its commands."""
+    rid = run["id"]
+    left, right = st.columns(2)
+    with left:
+        st.markdown("**Optimizer config** (`get_config()`, hyperparameters via "
+                    "`_serialize_hyperparameter`)")
+        st.json(run["optimizer_config"] or {}, expanded=True)
+        st.download_button("Download config JSON", key=f"download_{rid}",
+                           data=json.dumps({"run": run["config"], "optimizer": run["optimizer_config"]},
+                                           indent=2),
+                           file_name=f"run-{rid}-config.json", mime="application/json")
+    with right:
+        st.markdown("**Hyperparameter variables** (`_hyper` after `_create_hypers`)")
+        if run["hyper_variables"]:
+            st.dataframe(pd.DataFrame(run["hyper_variables"]), hide_index=True, width="stretch")
+        else:
+            st.caption("Created by the first `apply_gradients`.")
+        st.markdown("**Run config**")
+        st.json(run["config"], expanded=False)
+        if run["versions"]:
+            st.caption(" · ".join(f"{k} {v}" for k, v in run["versions"].items()))
+        commands = store.commands(rid)
+        if not commands.empty:
+            st.markdown("**Commands**")
+            st.dataframe(commands[["id", "kind", "payload", "status", "message", "step"]],
+                         hide_index=True, width="stretch")

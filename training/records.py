@@ -1,0 +1,165 @@
+"""The record tables of the run store: appended by the run process, read by the pages.
+
+A mixin of `training.store.RunStore` (which owns the schema, see its module docstring, and the
+connection `_connect`); kept apart so that the run lifecycle and the records each fit in a
+module that can be read in one go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from typing import Any, Iterable, Sequence
+
+import pandas as pd
+
+
+class RecordTables:
+    """`append` (one transaction per batch) and the DataFrame readers of the record tables."""
+
+    def _connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # provided by RunStore
+
+    # ----- records (written by the run process) -----------------------------------------------
+    def append(
+        self,
+        run_id: int,
+        *,
+        scalars: Iterable[tuple[int, str, float]] = (),
+        slot_stats: Iterable[tuple[int, str, str, float, float, float]] = (),
+        histograms: Iterable[tuple[int, str, str, float, float, Sequence[int]]] = (),
+        hyper_changes: Iterable[tuple[int, str, float | None, float, str]] = (),
+        hypergradients: Iterable[tuple[int, str, float, float, float | None, float]] = (),
+        response_slices: Iterable[tuple[int, int, str, float, float, float | None, int]] = (),
+        step: int | None = None,
+    ) -> None:
+        """Append one batch of records in a single transaction and refresh the heartbeat.
+
+        Args:
+            scalars: (step, name, value) rows.
+            slot_stats: (step, variable, slot, norm, mean, std) rows.
+            histograms: (step, variable, slot, lo, hi, counts) rows.
+            hyper_changes: (step, name, old, new, source) rows.
+            hypergradients: (step, name, exact, one_step, reverse or None, val_loss) rows.
+            response_slices: (request_id, step, name, value, loss, hypergradient or None,
+                center 0/1) rows.
+            step: the last step reached, stored in `runs.step`.
+        """
+        now = time.time()
+        with self._connect() as con:
+            con.executemany(
+                "INSERT INTO scalars VALUES (?,?,?,?)", [(run_id, *r) for r in scalars]
+            )
+            con.executemany(
+                "INSERT INTO slot_stats VALUES (?,?,?,?,?,?,?)", [(run_id, *r) for r in slot_stats]
+            )
+            con.executemany(
+                "INSERT INTO histograms VALUES (?,?,?,?,?,?,?)",
+                [(run_id, s, v, n, lo, hi, json.dumps([int(c) for c in counts]))
+                 for s, v, n, lo, hi, counts in histograms],
+            )
+            con.executemany(
+                "INSERT INTO hyper_changes VALUES (?,?,?,?,?,?,?)",
+                [(run_id, *r, now) for r in hyper_changes],
+            )
+            con.executemany(
+                "INSERT INTO hypergradients VALUES (?,?,?,?,?,?,?)",
+                [(run_id, *r) for r in hypergradients],
+            )
+            con.executemany(
+                "INSERT INTO response_slices VALUES (?,?,?,?,?,?,?,?)",
+                [(run_id, *r) for r in response_slices],
+            )
+            if step is None:
+                con.execute("UPDATE runs SET heartbeat = ? WHERE id = ?", (now, run_id))
+            else:
+                con.execute(
+                    "UPDATE runs SET heartbeat = ?, step = ? WHERE id = ?", (now, step, run_id)
+                )
+
+    # ----- reads (pages) --------------------------------------------------------------------
+    def _frame(self, sql: str, params: Sequence[Any]) -> pd.DataFrame:
+        with self._connect() as con:
+            return pd.read_sql_query(sql, con, params=params)
+
+    def scalars(self, run_id: int, names: Sequence[str] | None = None) -> pd.DataFrame:
+        """Long table `step, name, value` of a run's scalars, ordered by step."""
+        if names:
+            marks = ",".join("?" * len(names))
+            return self._frame(
+                f"SELECT step, name, value FROM scalars WHERE run_id = ? AND name IN ({marks})"
+                " ORDER BY step", (run_id, *names),
+            )
+        return self._frame(
+            "SELECT step, name, value FROM scalars WHERE run_id = ? ORDER BY step", (run_id,)
+        )
+
+    def hyper_changes(self, run_id: int) -> pd.DataFrame:
+        """`step, name, old, new, source, created` rows of a run, in the order they took effect."""
+        return self._frame(
+            "SELECT step, name, old, new, source, created FROM hyper_changes WHERE run_id = ?"
+            " ORDER BY step, rowid", (run_id,),
+        )
+
+    def slot_stats(self, run_id: int) -> pd.DataFrame:
+        """`step, variable, slot, norm, mean, std` rows of a run, ordered by step."""
+        return self._frame(
+            "SELECT step, variable, slot, norm, mean, std FROM slot_stats WHERE run_id = ?"
+            " ORDER BY step", (run_id,),
+        )
+
+    def histograms(self, run_id: int, variable: str, slot: str) -> pd.DataFrame:
+        """`step, lo, hi, counts` (counts decoded to lists) of one (variable, slot)."""
+        frame = self._frame(
+            "SELECT step, lo, hi, counts FROM histograms WHERE run_id = ? AND variable = ?"
+            " AND slot = ? ORDER BY step", (run_id, variable, slot),
+        )
+        frame["counts"] = frame["counts"].map(json.loads)
+        return frame
+
+    def last_scalars(self, names: Sequence[str] = ("val_loss", "val_accuracy")) -> pd.DataFrame:
+        """`run_id, name, step, value` of every run's last recorded value of each scalar."""
+        marks = ",".join("?" * len(names))
+        return self._frame(
+            "SELECT s.run_id, s.name, s.step, s.value FROM scalars s JOIN ("
+            f" SELECT run_id, name, MAX(step) AS step FROM scalars WHERE name IN ({marks})"
+            " GROUP BY run_id, name) m ON s.run_id = m.run_id AND s.name = m.name"
+            " AND s.step = m.step", tuple(names),
+        )
+
+    def has_table(self, table: str) -> bool:
+        """True when the store file holds a table named `table` (e.g. `hypergradients`)."""
+        with self._connect() as con:
+            row = con.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+            ).fetchone()
+        return row is not None
+
+    def hypergradients(self, run_id: int) -> pd.DataFrame:
+        """`step, name, exact, one_step, reverse, val_loss` rows of a run, by step then name.
+
+        Empty when the store has no such table (a store file written by an older version that
+        was never opened by this one).
+        """
+        if not self.has_table("hypergradients"):
+            return pd.DataFrame()
+        return self._frame(
+            "SELECT step, name, exact, one_step, reverse, val_loss FROM hypergradients"
+            " WHERE run_id = ? ORDER BY step, rowid", (run_id,),
+        )
+
+    def response_slices(self, run_id: int, request_id: int | None = None) -> pd.DataFrame:
+        """`request_id, step, name, value, loss, hypergradient, center` rows of a run (one
+        request, or all), ordered by request then value."""
+        if request_id is None:
+            return self._frame(
+                "SELECT request_id, step, name, value, loss, hypergradient, center FROM"
+                " response_slices WHERE run_id = ? ORDER BY request_id, value", (run_id,),
+            )
+        return self._frame(
+            "SELECT request_id, step, name, value, loss, hypergradient, center FROM"
+            " response_slices WHERE run_id = ? AND request_id = ? ORDER BY value",
+            (run_id, request_id),
+        )
