@@ -17,7 +17,7 @@ Every `--every` seconds one sample:
 * `refresh s`: on the watching page, the time between two successive changes of the step
   number in the live status line (the fragment re-reads the store every 0.5 s, so 0.5 s is
   the floor: more means the server or the browser cannot keep up);
-* `load s` (every `--load-every` samples): a fresh tab: open the Train page, pick the run in
+* `load s` (every `--load-every` seconds): a fresh tab: open the Train page, pick the run in
   the selector, until its status line shows.
 
 The summary compares the first and the last 10 % of the run (by step): peak and median RSS
@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +48,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from _streamlit_server import streamlit_server  # noqa: E402
 from training.config import RunConfig  # noqa: E402
-from training.store import FINAL_STATUSES, RunStore  # noqa: E402
+from training.store import RunStore  # noqa: E402
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update",
@@ -62,10 +63,35 @@ class Sample:
     step: int
     run_rss: int
     server_rss: int
-    chrome_rss: int
+    chrome_pss: int
     store_bytes: int
-    refresh_s: float | None
-    load_s: float | None
+    refresh_s: float | None = None  # median of the page refreshes measured in this interval
+    load_s: float | None = None  # a fresh page load finished in this interval
+
+
+class Sampler(threading.Thread):
+    """Samples the processes and the store every `every` seconds (the page is measured by the
+    main thread: Playwright's sync API stays on one thread)."""
+
+    def __init__(self, store: RunStore, run_id: int, worker: int, server: int, every: float,
+                 start: float):
+        super().__init__(name="sampler", daemon=True)
+        self.store, self.run_id, self.worker, self.server = store, run_id, worker, server
+        self.every, self.start_time = every, start
+        self.samples: list[Sample] = []
+        self.done = threading.Event()
+
+    def take(self) -> Sample:
+        return Sample(time.monotonic() - self.start_time, self.store.run(self.run_id)["step"],
+                      rss(self.worker), rss(self.server), chrome_pss(), self.store.size_bytes())
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            tick = time.monotonic()
+            sample = self.take()
+            if sample.run_rss:  # the worker is alive
+                self.samples.append(sample)
+            self.done.wait(max(0.0, self.every - (time.monotonic() - tick)))
 
 
 # ----- processes ------------------------------------------------------------------------------
@@ -121,8 +147,20 @@ def server_pid(url: str) -> int:
     raise LookupError(f"no streamlit process of this bench serves {url}")
 
 
-def chrome_rss() -> int:
-    return sum(rss(pid) for pid in descendants(os.getpid()) if b"chrom" in cmdline(pid))
+def pss(pid: int) -> int:
+    """Proportional set size of `pid` in bytes (shared pages split between their users)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def chrome_pss() -> int:
+    """Summed PSS of the Chromium processes started by this bench."""
+    return sum(pss(pid) for pid in descendants(os.getpid()) if b"chrom" in cmdline(pid))
 
 
 # ----- the page -------------------------------------------------------------------------------
@@ -162,7 +200,9 @@ def refresh_time(page, timeout_ms: float = 120_000) -> float | None:
         second = wait_step_change(page, first, timeout_ms)
         elapsed = time.perf_counter() - start
         return None if second is None or second == first else elapsed
-    except Exception:  # noqa: BLE001 - the run ended meanwhile, or the page timed out
+    except Exception as error:  # noqa: BLE001 - the run ended meanwhile, or the page timed out
+        print(f"  (refresh not measured: {type(error).__name__}: {str(error)[:200]})",
+              flush=True)
         return None
 
 
@@ -193,24 +233,36 @@ def fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def merge(samples: list[Sample], page: list[tuple[float, int, float]],
+          loads: list[tuple[float, int, float]]) -> None:
+    """Attach the page measurements (t, step, seconds) to the sample interval they ended in."""
+    edges = [0.0] + [s.t for s in samples]
+    for sample, lo, hi in zip(samples, edges, edges[1:]):
+        inside = [v for t, _, v in page if lo < t <= hi]
+        sample.refresh_s = statistics.median(inside) if inside else None
+        done = [v for t, _, v in loads if lo < t <= hi]
+        sample.load_s = done[0] if done else None
+
+
 def print_table(samples: list[Sample]) -> None:
     print(f"{'t s':>7} {'step':>8} {'run MiB':>8} {'server MiB':>10} {'chrome MiB':>10} "
           f"{'store MiB':>9} {'refresh s':>9} {'load s':>7}")
     for s in samples:
         print(f"{s.t:7.1f} {s.step:8d} {s.run_rss / MiB:8.1f} {s.server_rss / MiB:10.1f} "
-              f"{s.chrome_rss / MiB:10.1f} {s.store_bytes / MiB:9.1f} "
+              f"{s.chrome_pss / MiB:10.1f} {s.store_bytes / MiB:9.1f} "
               f"{fmt(s.refresh_s, '9.2f'):>9} {fmt(s.load_s, '7.2f'):>7}")
 
 
-def summary(samples: list[Sample], steps: int, train_s: float, store_bytes: int,
-            status: str) -> None:
+def summary(samples: list[Sample], page: list[tuple[float, int, float]],
+            loads: list[tuple[float, int, float]], steps: int, train_s: float,
+            store_bytes: int, status: str) -> None:
     first = [s for s in samples if 0 < s.step <= 0.1 * steps]
     last = [s for s in samples if s.step >= 0.9 * steps]
-    print(f"\nsummary ({len(samples)} samples; first 10 % = {len(first)} samples with step <= "
+    print(f"\nsummary ({len(samples)} samples; first 10 % = {len(first)} samples with 0 < step <= "
           f"{steps // 10:,}, last 10 % = {len(last)} samples with step >= {9 * steps // 10:,})")
-    print(f"  run status             : {status}")
+    print(f"  run                    : {status}")
     for label, key in (("run process RSS", "run_rss"), ("server RSS", "server_rss"),
-                       ("chromium RSS", "chrome_rss")):
+                       ("chromium PSS (sum)", "chrome_pss")):
         a = [getattr(s, key) / MiB for s in first if getattr(s, key)]
         b = [getattr(s, key) / MiB for s in last if getattr(s, key)]
         if a and b:
@@ -221,14 +273,17 @@ def summary(samples: list[Sample], steps: int, train_s: float, store_bytes: int,
             print(f"  {label:<23}: not enough samples")
     print(f"  store                  : {store_bytes:,} bytes for {steps:,} steps = "
           f"{store_bytes / steps:,.0f} bytes/step")
-    print(f"  throughput             : {steps / train_s:,.1f} steps/s ({train_s:.1f} s from step 1 "
-          "to the end)")
-    for label, values in (
-        ("page refresh (s)", [s.refresh_s for s in samples if s.refresh_s is not None]),
-        ("  first 10 %", [s.refresh_s for s in first if s.refresh_s is not None]),
-        ("  last 10 %", [s.refresh_s for s in last if s.refresh_s is not None]),
-        ("fresh page load (s)", [s.load_s for s in samples if s.load_s is not None]),
+    print(f"  throughput             : {steps / train_s:,.1f} steps/s ({train_s:.1f} s from step 0 "
+          "(model built, first evaluation) to the end)")
+    for label, rows in (
+        ("page refresh (s)", page),
+        ("  first 10 %", [r for r in page if r[1] <= 0.1 * steps]),
+        ("  last 10 %", [r for r in page if r[1] >= 0.9 * steps]),
+        ("fresh page load (s)", loads),
+        ("  first 10 %", [r for r in loads if r[1] <= 0.1 * steps]),
+        ("  last 10 %", [r for r in loads if r[1] >= 0.9 * steps]),
     ):
+        values = [v for _, _, v in rows]
         if values:
             print(f"  {label:<23}: p50 {pct(values, 50):6.2f}  p90 {pct(values, 90):6.2f}  "
                   f"p99 {pct(values, 99):6.2f}  max {max(values):6.2f}  (n={len(values)})")
@@ -241,8 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200_000, help="run length (smoke: 5000)")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between samples")
-    parser.add_argument("--load-every", type=int, default=6,
-                        help="a fresh page load every this many samples (0 = never)")
+    parser.add_argument("--load-every", type=float, default=30.0,
+                        help="seconds between fresh page loads (0 = never)")
     parser.add_argument("--keep", metavar="DIR", help="use DIR as the data directory and keep it")
     args = parser.parse_args(argv)
     chromium = shutil.which("chromium")
@@ -252,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     from playwright.sync_api import sync_playwright
 
     config = RunConfig(dataset="moons", model="mlp", steps=args.steps, eval_every=100)
+    page_times: list[tuple[float, int, float]] = []  # (t, step, refresh seconds)
+    load_times: list[tuple[float, int, float]] = []  # (t, step, load seconds)
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(args.keep or tmp)
         home.mkdir(parents=True, exist_ok=True)
@@ -273,46 +330,49 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(f"moons MLP, Adam, {args.steps:,} steps, full recording; worker pid "
                   f"{worker.pid}, server pid {server}, {url}", flush=True)
-            samples: list[Sample] = []
+            sampler = Sampler(store, run_id, worker.pid, server, args.every, start)
+            sampler.start()
             try:
-                while store.run(run_id)["step"] < 1 and worker.poll() is None:
-                    time.sleep(0.1)
-                step1 = time.monotonic()
                 page = context.new_page()
                 page.set_default_timeout(120_000)
-                open_run(page, url, run_id)
-                print("page open on the run; sampling every "
-                      f"{args.every:g} s", flush=True)
-                number = 0
+                open_run(page, url, run_id)  # while the worker imports TensorFlow
+                last_load = last_print = time.monotonic()
                 while worker.poll() is None:
-                    tick = time.monotonic()
                     refresh = refresh_time(page)
-                    load = (load_time(context, url, run_id)
-                            if args.load_every and number % args.load_every == 0 else None)
-                    run = store.run(run_id)
-                    sample = Sample(time.monotonic() - start, run["step"], rss(worker.pid),
-                                    rss(server), chrome_rss(), store.size_bytes(), refresh, load)
-                    samples.append(sample)
-                    if number % 12 == 0:
-                        print(f"  t={sample.t:7.1f} s step {sample.step:,} run "
-                              f"{sample.run_rss / MiB:.0f} MiB server "
-                              f"{sample.server_rss / MiB:.0f} MiB store "
-                              f"{sample.store_bytes / MiB:.1f} MiB refresh "
-                              f"{fmt(refresh, '.2f')} s", flush=True)
-                    number += 1
-                    time.sleep(max(0.0, args.every - (time.monotonic() - tick)))
-                end = time.monotonic()
+                    now = time.monotonic()
+                    if refresh is not None:
+                        page_times.append((now - start, page_step(page) or 0, refresh))
+                    if args.load_every and now - last_load >= args.load_every:
+                        last_load = now
+                        step = store.run(run_id)["step"]
+                        load = load_time(context, url, run_id)
+                        if load is not None:
+                            load_times.append((time.monotonic() - start, step, load))
+                    if now - last_print >= 60 and sampler.samples:
+                        last_print = now
+                        s = sampler.samples[-1]
+                        print(f"  t={s.t:7.1f} s step {s.step:,} run {s.run_rss / MiB:.0f} MiB "
+                              f"server {s.server_rss / MiB:.0f} MiB store "
+                              f"{s.store_bytes / MiB:.1f} MiB refresh {fmt(refresh, '.2f')} s",
+                              flush=True)
             finally:
                 if worker.poll() is None:
                     worker.kill()
                 worker.wait()
+                sampler.done.set()
+                sampler.join()
                 log.close()
                 browser.close()
             run = store.run(run_id)
             size = store.size_bytes()
+            # training began when the worker wrote its step-0 batch (the `init` hyper rows)
+            began = float(store.hyper_changes(run_id)["created"].min())
+        samples = sampler.samples
+        merge(samples, page_times, load_times)
         print()
         print_table(samples)
-        summary(samples, run["step"] or args.steps, end - step1, size,
+        steps = run["step"] or args.steps
+        summary(samples, page_times, load_times, steps, run["updated"] - began, size,
                 f"{run['status']} ({run['message']}), worker exit code {worker.returncode}")
     return 0 if run["status"] == "finished" else 1
 

@@ -20,11 +20,14 @@ def _discover(directory: str) -> list[plugins.PluginReport]:
 
 
 def load_plugins() -> tuple[str, list[plugins.PluginReport]]:
-    """(plugins folder, one report per plugin file). Never raises for a broken plugin."""
+    """(plugins folder, one report per plugin file; none when the folder is missing, see
+    `optimizers.plugins.folder_problem`). Never raises for a broken plugin."""
     directory = str(plugins.plugins_dir())
     # run processes started from this server inherit the folder (the --plugins flag is only in
     # the server's argv): `plugins.ensure_registered` in the worker then finds the same plugins
     os.environ[plugins.ENV_VAR] = directory
+    if plugins.folder_problem(directory):  # not cached: a folder created later is found
+        return directory, []
     return directory, _discover(directory)
 
 

@@ -12,6 +12,11 @@ from optimizers.base import RuleOptimizer
 _BASE_KWARGS = ("clipnorm", "clipvalue", "global_clipnorm", "decay")
 
 
+# A run has at most 1,000,000 steps (RunConfig.steps): beyond 10,000 micro-batches per update
+# it would make fewer than 100 updates, and the accumulator slot would hold a huge sum.
+MAX_ACCUMULATION_STEPS = 10_000
+
+
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
 class GradientAccumulation(RuleOptimizer):
     """Average the gradients of `accumulation_steps` micro-batches, then apply the inner rule.
@@ -52,7 +57,8 @@ class GradientAccumulation(RuleOptimizer):
     Raises:
         InvalidHyperparameter: an inner hyperparameter outside its range.
         KeyError: `inner` is not a registered name.
-        ValueError: `inner="accumulation"` or a non-rule optimizer ("lookahead"), or `accumulation_steps` not an int >= 1.
+        ValueError: `inner="accumulation"` or a non-rule optimizer ("lookahead"), or `accumulation_steps` not an int in
+            [1, MAX_ACCUMULATION_STEPS].
         TypeError: an unknown keyword argument.
     """
 
@@ -66,10 +72,11 @@ class GradientAccumulation(RuleOptimizer):
         if inner in registry.OPTIMIZERS and not registry.is_rule(inner):
             raise ValueError(f"option inner={inner!r} refused: accumulation wraps a plain rule")
         if isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, int) or (
-            accumulation_steps < 1
+            not 1 <= accumulation_steps <= MAX_ACCUMULATION_STEPS
         ):
             raise ValueError(
-                f"accumulation_steps={accumulation_steps!r} refused: must be an int >= 1"
+                f"accumulation_steps={accumulation_steps!r} refused: must be an int in "
+                f"[1, {MAX_ACCUMULATION_STEPS}]"
             )
         self._inner = registry.get(inner)()
         base_kwargs = {k: hypers.pop(k) for k in list(hypers) if k in _BASE_KWARGS}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import tensorflow as tf
@@ -92,11 +93,11 @@ class Adagrad(RuleOptimizer):
         self._set_hyper("epsilon", epsilon)
         if isinstance(initial_accumulator_value, bool) or not (
             isinstance(initial_accumulator_value, (int, float))
-            and initial_accumulator_value >= 0.0
+            and 0.0 <= initial_accumulator_value < math.inf
         ):
             raise ValueError(
                 f"initial_accumulator_value={initial_accumulator_value!r} refused: "
-                "must be a float >= 0"
+                "must be a finite float >= 0"
             )
         self.initial_accumulator_value = float(initial_accumulator_value)
 

@@ -75,7 +75,10 @@ class HyperSpec:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             # numpy scalars are numbers.Real; tensors and strings are not.
             raise InvalidHyperparameter(self.name, value, self.allowed())
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond float range (e.g. 10**400)
+            raise InvalidHyperparameter(self.name, value, self.allowed()) from None
         if not math.isfinite(number) or not self.contains(number):
             raise InvalidHyperparameter(self.name, value, self.allowed())
         if self.integer and not number.is_integer():

@@ -95,12 +95,16 @@ def folder_problem(directory: Path | str) -> str | None:
 
 def plugins_dir(argv: Sequence[str] | None = None, environ: dict | None = None) -> Path:
     """The plugins folder from `--plugins DIR` in `argv` (default `sys.argv[1:]`), else
-    `$OPTIMIZER_LAB_PLUGINS`, else the project's `plugins/`."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    `$OPTIMIZER_LAB_PLUGINS`, else the project's `plugins/`. A `--plugins` without a value is
+    ignored (argparse would exit the whole server)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("--plugins")
-    known, _ = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        flag = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))[0].plugins
+    except argparse.ArgumentError:
+        flag = None
     environ = os.environ if environ is None else environ
-    chosen = known.plugins or environ.get(ENV_VAR)
+    chosen = flag or environ.get(ENV_VAR)
     return Path(chosen).expanduser().resolve() if chosen else DEFAULT_DIR
 
 
@@ -173,20 +177,29 @@ def discover(directory: Path | str | None = None, register: bool = True) -> list
             continue
         module, error = import_plugin(path)
         report = PluginReport(str(path), f"{MODULE_PREFIX}.{path.stem}", error)
-        for cls in optimizer_classes(module) if module is not None else []:
-            checks = contract.check_optimizer(cls)
-            is_rule = issubclass(cls, RuleOptimizer)
-            entry = ClassReport(cls.__name__, registry_name(cls), is_rule, checks, False, "")
-            if not entry.passed:
-                entry.note = "not registered: failed " + ", ".join(c.item for c in checks if not c.passed)
-            elif not is_rule:
-                entry.note = ("not registered: passes the contract but is not a RuleOptimizer "
-                              "(the Train page needs coefficients/update)")
-            elif register:
-                _register(cls, entry)
-            report.classes.append(entry)
+        if module is not None:
+            try:
+                _check_classes(module, report, register)
+            except Exception as failure:  # noqa: BLE001 - e.g. a module __getattr__ that raises
+                report.error = "".join(traceback.format_exception(failure)).strip()
         reports.append(report)
     return reports
+
+
+def _check_classes(module: object, report: PluginReport, register: bool) -> None:
+    for cls in optimizer_classes(module):
+        checks = contract.check_optimizer(cls)
+        is_rule = issubclass(cls, RuleOptimizer)
+        entry = ClassReport(cls.__name__, registry_name(cls), is_rule, checks, False, "")
+        if not entry.passed:
+            failed = ", ".join(c.item for c in checks if not c.passed)
+            entry.note = f"not registered: failed {failed}"
+        elif not is_rule:
+            entry.note = ("not registered: passes the contract but is not a RuleOptimizer "
+                          "(the Train page needs coefficients/update)")
+        elif register:
+            _register(cls, entry)
+        report.classes.append(entry)
 
 
 def ensure_registered(name: str) -> None:
@@ -201,5 +214,5 @@ def ensure_registered(name: str) -> None:
     registry.get(name)
 
 
-__all__ = ["ensure_registered", "ClassReport", "ENV_VAR", "NAME_PATTERN", "PluginReport", "discover",
-           "folder_problem", "import_plugin", "plugins_dir", "registry_name"]
+__all__ = ["ensure_registered", "ClassReport", "ENV_VAR", "NAME_PATTERN", "PluginReport",
+           "discover", "folder_problem", "import_plugin", "plugins_dir", "registry_name"]

@@ -66,12 +66,15 @@ def _error(argv: list[str], capsys) -> str:
     (["--beta-1", "1.5"], ["argument --beta-1", "beta_1=1.5 refused", "[0, 1)"]),
     (["--momentum", "0.9"], ["argument --momentum", "adam has no hyperparameter momentum"]),
     (["--nesterov"], ["argument --nesterov", "adam takes --amsgrad"]),
-    (["--steps", "0"], ["argument --steps", "greater than or equal to 1"]),
-    (["--dataset", "tokens"], ["config", "model='mlp' refused for dataset='tokens'"]),
+    (["--steps", "0"], ["argument --steps", "greater than or equal to 1",
+                        "allowed: an integer in [1, 1000000]"]),
+    (["--optimizer", "accumulation", "--accumulation-steps", "0"],
+     ["argument --accumulation-steps", "accumulation_steps=0 refused: must be an int in [1, 10000]"]),
+    (["--dataset", "tokens"], ["argument --model", "model='mlp' refused for dataset='tokens'"]),
 ])
 def test_bad_flag_values_are_argparse_errors(argv, fragments, capsys):
     err = _error(["train", *argv], capsys)
-    assert err.startswith("usage:")
+    assert err.startswith("python -m optimizer_lab: error: ") and err.count("\n") == 1, err
     for fragment in fragments:
         assert fragment in err, err
 

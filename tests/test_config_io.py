@@ -57,7 +57,8 @@ BAD = [
     # (case, document or raw text, field, fragment of the message)
     ("malformed", '{"optimizer": "adam",', "", "malformed JSON"),
     ("not an object", "[1, 2]", "", "JSON object, not a list"),
-    ("NaN", '{"steps": NaN}', "steps", "nan refused: numbers must be finite; allowed: an integer in [1, 1000000]"),
+    ("NaN", '{"steps": NaN}', "steps",
+     "nan refused: numbers must be finite; allowed: an integer in [1, 1000000]"),
     ("not utf-8", b'{"a": "\xff"}', "", "not UTF-8"),
     ("module path as class", {"class_name": "os.system", "config": {}}, "class_name",
      "'os.system' is not a registered optimizer"),

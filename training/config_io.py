@@ -81,12 +81,16 @@ def _class_names() -> dict[str, str]:
     return out
 
 
+def _not_registered(field: str, value: Any) -> ConfigImportError:
+    return ConfigImportError(
+        field, f"{value!r} is not a registered optimizer (nothing named in a config file is "
+               f"imported or evaluated); known: {', '.join(registry.names())}")
+
+
 def _registry_name(field: str, value: Any) -> str:
     known = _class_names()
     if not isinstance(value, str) or value not in known:
-        raise ConfigImportError(
-            field, f"{value!r} is not a registered optimizer (nothing named in a config file is "
-                   f"imported or evaluated); known: {', '.join(registry.names())}")
+        raise _not_registered(field, value)
     return known[value]
 
 
@@ -172,9 +176,7 @@ def _check_hypers_first(candidate: dict[str, Any]) -> None:
     inner = options.get("inner")
     if "inner" in options and "inner" in registry.option_defaults(name) and (
             not isinstance(inner, str) or inner not in registry.OPTIMIZERS):
-        raise ConfigImportError("options.inner", f"{inner!r} is not a registered optimizer "
-                                                 "(nothing named in a config file is imported "
-                                                 f"or evaluated); known: {', '.join(registry.names())}")
+        raise _not_registered("options.inner", inner)  # registry names only, no class names
     for key, value in options.items():  # one at a time, so a refusal names its own key
         try:
             registry.specs(name, {key: value})  # builds the optimizer: its constructor checks too
@@ -232,6 +234,9 @@ def config_from_dict(document: dict[str, Any]) -> RunConfig:
             `optimizer` entry that disagrees with `run_config`; for a Keras-style entry,
             `optimizer`/`hyperparameters`/`options` beside `class_name`.
     """
+    if not isinstance(document, dict):
+        raise ConfigImportError("", f"a config must be a JSON object, not a "
+                                    f"{type(document).__name__}")
     if document.get("format") == EXPORT_FORMAT or "run_config" in document:
         candidate = _from_export(document)
     elif "class_name" in document:

@@ -298,7 +298,8 @@ def read_bundle(data: bytes) -> RunConfig:
                             f"at most {BUNDLE_MAX_BYTES:,} bytes")
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as error:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError,
+            NotImplementedError) as error:  # NotImplementedError: an unknown zip version
         raise _bundle_error(f"not a readable zip archive, truncated or corrupted ({error})") \
             from None
     with archive:

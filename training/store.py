@@ -158,6 +158,17 @@ def pid_alive(pid: int | None) -> bool:
         return True
 
 
+MAX_NAME = 120
+
+
+def _checked_name(name: object) -> str:
+    """A run's display name, stripped; ValueError beyond `MAX_NAME` characters."""
+    name = str(name).strip()
+    if len(name) > MAX_NAME:
+        raise ValueError(f"name refused: {len(name)} characters, at most {MAX_NAME} allowed")
+    return name
+
+
 class RunStore(RecordTables):
     """Access to one run-store file. Cheap to create; every call opens its own connection,
     so one instance can be shared by Streamlit's script threads and a run process alike.
@@ -202,10 +213,11 @@ class RunStore(RecordTables):
         `claim_queued`).
 
         Raises:
-            ValueError: another `status`.
+            ValueError: another `status`, or a `name` longer than `MAX_NAME` characters.
         """
         if status not in ("starting", QUEUED):
             raise ValueError(f"status={status!r} refused: a new run is 'starting' or 'queued'")
+        name = _checked_name(name)
         now = time.time()
         with self._connect() as con:
             cur = con.execute(
@@ -418,9 +430,7 @@ class RunStore(RecordTables):
             KeyError: no run with this id.
             ValueError: `name` longer than 120 characters.
         """
-        name = str(name).strip()
-        if len(name) > 120:
-            raise ValueError(f"name refused: {len(name)} characters, at most 120 allowed")
+        name = _checked_name(name)
         with self._connect() as con:
             cur = con.execute(
                 "UPDATE runs SET name = ?, updated = ? WHERE id = ?", (name, time.time(), run_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from components.plugin_loader import load_plugins
-from optimizers import contract, registry
+from optimizers import contract, plugins, registry
 
 HOW_TO = """
 Write an `OptimizerV2` subclass (best: a `RuleOptimizer` with a pure `coefficients` / `update`)
@@ -51,12 +51,15 @@ def main() -> None:
                f"{', '.join(registry.names())}")
     with st.expander("What the contract check tests"):
         st.code(contract.__doc__.split("Items:", 1)[-1].strip("\n"), language="text")
-    if not reports:
+    problem = plugins.folder_problem(directory)
+    if problem:  # a mistyped --plugins / OPTIMIZER_LAB_PLUGINS: say so, the app runs on
+        st.warning(problem)
+    elif not reports:
         st.info("No plugin file found in the folder.")
     for i, report in enumerate(reports):
         st.subheader(report.path.rsplit("/", 1)[-1])
-        if report.error is not None:
-            st.error(f"import failed: {report.error.strip().splitlines()[-1]}")
+        if report.error is not None:  # the other plugins and the app go on without this one
+            st.error(f"import of {report.path.rsplit('/', 1)[-1]} failed: {report.summary}")
             with st.expander("traceback"):
                 st.code(report.error, language="text")
             continue

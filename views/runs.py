@@ -13,10 +13,11 @@ import pandas as pd
 import streamlit as st
 
 from components import run_figures as rf
-from training.config_io import MAX_BYTES, ConfigImportError, parse_config
-from training.store import ACTIVE_STATUSES, FINAL_STATUSES, RunStore, default_store_path
+from training.config_io import MAX_BYTES, ConfigImportError
+from training.export import BUNDLE_MAX_BYTES, parse_import
+from training.store import FINAL_STATUSES, LIVE_STATUSES, RunStore, default_store_path
 
-STATUSES = ACTIVE_STATUSES + FINAL_STATUSES
+STATUSES = LIVE_STATUSES + FINAL_STATUSES
 ORDER = ("id", "name", "optimizer", "learning_rate", "dataset", "model", "seed", "status", "step",
          "total_steps", "val_loss", "val_accuracy", "created", "hyperparameters", "device")
 COLUMNS = {
@@ -75,9 +76,9 @@ def on_rename(run_id: int) -> None:
 
 def on_delete(run_id: int) -> None:
     state = st.session_state
-    if store().run(run_id)["status"] in ACTIVE_STATUSES:
-        state["runs_messages"] = [("error", f"run #{run_id} is active: stop it on the Train page "
-                                            "before deleting it")]
+    if store().run(run_id)["status"] in LIVE_STATUSES:
+        state["runs_messages"] = [("error", f"run #{run_id} is queued or active: stop it on the "
+                                            "Train page before deleting it")]
         return
     store().delete_run(run_id)
     state["compare_ids"] = [i for i in state["compare_ids"] if i != run_id]
@@ -198,7 +199,7 @@ def manage(table: pd.DataFrame) -> None:
         st.button("Rename", key=f"rename_button_{run_id}", on_click=on_rename, args=(run_id,))
     with middle:
         st.markdown("**Delete**")
-        active = run["status"] in ACTIVE_STATUSES
+        active = run["status"] in LIVE_STATUSES
         sure = st.checkbox("yes, delete this run and all its records", key=f"confirm_{run_id}",
                            disabled=active)
         st.button("Delete", key=f"delete_{run_id}", on_click=on_delete, args=(run_id,),
@@ -220,29 +221,41 @@ def manage(table: pd.DataFrame) -> None:
         st.code(f"tensorboard --logdir {exports}", language="bash")
 
 
+def upload_limit(name: str) -> int:
+    """Bytes an upload named `name` may hold: an exported run zip, else a config JSON."""
+    return BUNDLE_MAX_BYTES if name.lower().endswith(".zip") else MAX_BYTES
+
+
 def import_section() -> None:
     state = st.session_state
+    # the widget's limit is the browser's (and `server.maxUploadSize` the server's, in
+    # .streamlit/config.toml); `upload_limit` below is ours, checked before anything is parsed
     upload = st.file_uploader("config JSON (an export, a RunConfig or a Keras "
-                              "`{class_name, config}`)", type=["json"], key="import_file",
-                              max_upload_size=1,
-                              help=f"at most {MAX_BYTES // 1024} KiB; only registered optimizer "
-                                   "names are accepted, nothing in the file is executed")
-    st.caption(f"Config files are limited to {MAX_BYTES // 1024} KiB.")
+                              "`{class_name, config}`) or an exported run zip",
+                              type=["json", "zip"], key="import_file",
+                              max_upload_size=BUNDLE_MAX_BYTES // 2**20,
+                              help=f"a config JSON of at most {MAX_BYTES // 1024} KiB or a run zip "
+                                   f"of at most {BUNDLE_MAX_BYTES // 2**20} MiB; only registered "
+                                   "optimizer names are accepted, nothing in the file is executed")
+    st.caption(f"Config files are limited to {MAX_BYTES // 1024} KiB, exported run zips to "
+               f"{BUNDLE_MAX_BYTES // 2**20} MiB.")
     if upload is None:
         state["import_config"] = None
         return
     try:
-        if upload.size > MAX_BYTES:
-            raise ConfigImportError("", f"file refused: {upload.size:,} bytes, a config file may "
-                                        f"hold at most {MAX_BYTES:,} bytes")
-        config = parse_config(upload.getvalue())
+        limit = upload_limit(upload.name)
+        if upload.size > limit:
+            raise ConfigImportError("", f"file refused: {upload.size:,} bytes, this kind of file "
+                                        f"may hold at most {limit:,} bytes")
+        config = parse_import(upload.getvalue())
     except ConfigImportError as error:
         state["import_config"] = None
         st.error(f"{upload.name}: {error}")
         return
     state["import_config"] = config.to_json_dict()
     st.json(state["import_config"], expanded=False)
-    st.text_input("run name", key="import_name", value=upload.name.removesuffix(".json"))
+    st.text_input("run name", key="import_name", max_chars=120,
+                  value=upload.name.removesuffix(".json").removesuffix(".zip")[:120])
     st.button("Start a run with this config", key="import_start", type="primary",
               on_click=on_import_start)
 
