@@ -42,3 +42,17 @@ def test_bad_link_is_ignored_with_a_message_naming_the_parameter():
     assert at.selectbox(key="optimizer").value == "adam"
     assert at.slider(key="hp_adam_beta_1").value == pytest.approx(0.9)
     assert any("shared link ignored: hp.beta_1" in e.value for e in at.error)
+
+
+@pytest.mark.parametrize("device, expected, message", [
+    ("CPU:0", "/device:CPU:0", False),  # short form: mapped to the canonical name
+    ("/device:GPU:3", "auto", True),  # a link from a machine with GPUs: named, then auto
+])
+def test_link_device_is_mapped_or_named(device, expected, message):
+    at = AppTest.from_file(PAGE, default_timeout=120)
+    at.query_params.update({"optimizer": "adam", "device": device})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="device").value == expected
+    named = [e.value for e in at.error if f"device={device!r} is not on this machine" in e.value]
+    assert bool(named) is message, [e.value for e in at.error]

@@ -262,8 +262,12 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
         right.number_input("eval every", min_value=1, max_value=10_000, step=5, key="eval_every",
                            help="steps between validation-loss evaluations")
         devices = ["auto"] + device_names()
-        if state["device"] not in devices:
-            state["device"] = "auto"
+        if state["device"] not in devices:  # e.g. a shared link from a machine with a GPU
+            canonical = "/device:" + state["device"].removeprefix("/device:").lstrip("/")
+            if canonical not in devices:
+                state["start_errors"] = [f"device={state['device']!r} is not on this machine "
+                                         f"(devices: {', '.join(devices)}); using auto"]
+            state["device"] = canonical if canonical in devices else "auto"
         st.selectbox("device", devices, key="device", help="auto = first GPU, else CPU")
         hypergradient_widgets(optimizer, specs)
         bad = invalid_hypers(specs, values)
