@@ -1,6 +1,6 @@
 """Benchmark: a long run watched live - is memory flat, the store bounded, the page responsive?
 
-    PYTHONPATH=. python bench/bench_long_run.py [--steps 200000] [--every 5] [--load-every 6]
+    PYTHONPATH=. python bench/bench_long_run.py [--steps 200000] [--every 5] [--load-every 30] [--keep DIR]
 
 A 200,000-step run of the 2-D moons MLP (Adam, batch 128, eval every 100) in a real worker
 subprocess with FULL recording (`--full-recording`: train loss and slot statistics at every
@@ -11,12 +11,15 @@ Train page's run selector (a view-only session: the bench starts the run, not th
 Every `--every` seconds one sample:
 
 * `step`: `runs.step` in the store;
-* `run MiB` / `server MiB` / `chrome MiB`: VmRSS of the worker, of the Streamlit server and
-  the sum over the Chromium processes started here (/proc/<pid>/status);
+* `run MiB` / `server MiB`: VmRSS of the worker and of the Streamlit server
+  (/proc/<pid>/status); `chrome MiB`: the summed PSS of the Chromium processes started here
+  (/proc/<pid>/smaps_rollup; PSS, so shared pages are not counted once per process);
 * `store MiB`: runs.sqlite + runs.sqlite-wal;
 * `refresh s`: on the watching page, the time between two successive changes of the step
-  number in the live status line (the fragment re-reads the store every 0.5 s, so 0.5 s is
-  the floor: more means the server or the browser cannot keep up);
+  number in the live status line (median of the measurements that ended in the interval; the
+  fragment re-reads the store every 0.5 s, so about 0.5 s is nominal: more means the server
+  or the browser cannot keep up). Measured back to back by the main thread; the processes and
+  the store are sampled by a thread, so a slow page never delays a sample;
 * `load s` (every `--load-every` seconds): a fresh tab: open the Train page, pick the run in
   the selector, until its status line shows.
 

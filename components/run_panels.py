@@ -14,6 +14,7 @@ import streamlit as st
 
 from components import figures
 from training.store import RunStore
+from components.figures import DISPLAY_POINTS, HEATMAP_STEPS
 
 SLOT_CAPTION = (
     "**update** is the effective per-parameter step actually applied, `var_before - var_after` "
@@ -69,7 +70,7 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
 def slots_tab(store: RunStore, run: dict[str, Any]) -> None:
     """Per (variable, slot) norm/mean/std over the steps and one slot's distribution heatmap."""
     rid = run["id"]
-    stats = store.slot_stats(rid)
+    stats = store.slot_stats(rid, max_points=DISPLAY_POINTS)
     if stats.empty:
         st.info("No slot statistics yet (slots are created by the first `apply_gradients`).")
         return
@@ -79,7 +80,7 @@ def slots_tab(store: RunStore, run: dict[str, Any]) -> None:
     slots = list(dict.fromkeys(stats.loc[stats["variable"] == variable, "slot"]))
     slot = st.selectbox("slot (distribution over the steps)", slots, key=f"slot_slot_{rid}",
                         index=slots.index("update") if "update" in slots else 0)
-    hist = store.histograms(rid, variable, slot)
+    hist = store.histograms(rid, variable, slot, max_points=HEATMAP_STEPS)
     chart(figures.distribution_heatmap(hist, f"Distribution of {slot} of {variable}",
                                        uirevision=f"{rid}-{variable}-{slot}"), f"heat_{rid}")
     st.caption(SLOT_CAPTION)

@@ -84,3 +84,43 @@ def test_finite_guard_marks_exactly_the_non_finite_series():
     bad = [i for i, row in enumerate(guard) if not np.isfinite(row).all()]
     assert bad == [1, 3]  # (dense_1/kernel, v) and (dense_1/bias, m)
     assert np.isnan(guard[bad]).all() and not guard[[0, 2, 4, 5]].any()
+
+
+def test_stats_of_huge_finite_values_stay_finite():
+    # sum(x * x) would overflow float32 (x ~ 1e20): the scaled computation must not
+    x = np.array([1e20, -3e20, 2e20, 5e19], np.float32)
+    stats = recorder.tensor_stats(tf.constant(x)).numpy()
+    expected = [np.linalg.norm(x.astype(np.float64)), x.astype(np.float64).mean(),
+                x.astype(np.float64).std()]
+    np.testing.assert_allclose(stats, expected, rtol=1e-5)
+    assert np.isnan(recorder.tensor_stats(tf.constant([1.0, np.nan])).numpy()).any()
+    assert not np.isfinite(recorder.tensor_stats(tf.constant([1.0, np.inf])).numpy()).all()
+    np.testing.assert_array_equal(recorder.tensor_stats(tf.zeros([5])).numpy(), [0, 0, 0])
+
+
+def test_display_reads_keep_at_most_max_points_per_series(tmp_path):
+    from training.store import RunStore
+
+    store = RunStore(tmp_path / "runs.sqlite")
+    run_id = store.create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",
+                               "seed": 0, "steps": 10_000})
+    store.append(run_id, scalars=[(s, "train_loss", float(s)) for s in range(1, 10_001)]
+                 + [(s, "val_loss", -float(s)) for s in range(0, 10_001, 25)],
+                 slot_stats=[(s, "w", "m", 1.0, float(s), 0.0) for s in range(1, 10_001)],
+                 histograms=[(s, "w", "m", 0.0, 1.0, [s]) for s in range(20, 10_001, 20)])
+    full = store.scalars(run_id)
+    assert len(full) == 10_000 + 401
+    few = store.scalars(run_id, max_points=100)
+    train = few[few["name"] == "train_loss"]
+    # the last step of each 100-step bucket, with its exact value
+    assert list(train["step"]) == list(range(100, 10_001, 100))
+    assert (train["value"] == train["step"].astype(float)).all()
+    val = few[few["name"] == "val_loss"]
+    assert list(val["step"]) == [0] + list(range(100, 10_001, 100))  # step 0 kept apart
+    assert (val["value"] == -val["step"].astype(float)).all()
+    stats = store.slot_stats(run_id, max_points=100)
+    assert list(stats["step"]) == list(range(100, 10_001, 100))
+    hist = store.histograms(run_id, "w", "m", max_points=100)
+    assert list(hist["step"]) == list(range(100, 10_001, 100))
+    assert [c[0] for c in hist["counts"]] == list(hist["step"])
+    assert len(store.histograms(run_id, "w", "m")) == 500

@@ -117,12 +117,20 @@ def _series_tensors(variables, optimizer, before) -> list[tf.Tensor]:
 
 
 def tensor_stats(tensor: tf.Tensor) -> tf.Tensor:
-    """float32 [3] = (L2 norm, mean, std) of all elements of `tensor` (population std)."""
+    """float32 [3] = (L2 norm, mean, std) of all elements of `tensor` (population std).
+
+    Computed on `x / max|x|` and scaled back: `sum(x * x)` overflows float32 once |x| reaches
+    ~1e19 although every value is finite, which would report a finite slot as diverged. A
+    NaN/inf element still gives non-finite statistics.
+    """
     x = tf.cast(tf.reshape(tensor, [-1]), tf.float32)
-    mean = tf.reduce_mean(x)
-    centred = x - mean  # two-pass std: accurate when |mean| >> std
-    return tf.stack([tf.sqrt(tf.reduce_sum(x * x)), mean,
-                     tf.sqrt(tf.reduce_mean(centred * centred))])
+    scale = tf.reduce_max(tf.abs(x))
+    scale = tf.where(scale > 0.0, scale, tf.ones_like(scale))  # all zeros: nothing to scale
+    y = x / scale
+    mean = tf.reduce_mean(y)
+    centred = y - mean  # two-pass std: accurate when |mean| >> std
+    return scale * tf.stack([tf.sqrt(tf.reduce_sum(y * y)), mean,
+                             tf.sqrt(tf.reduce_mean(centred * centred))])
 
 
 def tensor_histogram(tensor: tf.Tensor, bins: int = BINS) -> tf.Tensor:

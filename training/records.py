@@ -84,16 +84,40 @@ class RecordTables:
         with self._connect() as con:
             return pd.read_sql_query(sql, con, params=params)
 
-    def scalars(self, run_id: int, names: Sequence[str] | None = None) -> pd.DataFrame:
-        """Long table `step, name, value` of a run's scalars, ordered by step."""
+    def _bucket(self, table: str, run_id: int, max_points: int | None) -> int:
+        """Bucket width in steps that leaves at most ~`max_points` rows per series (1 = all)."""
+        if not max_points:
+            return 1
+        with self._connect() as con:
+            last = con.execute(f"SELECT MAX(step) FROM {table} WHERE run_id = ?",
+                               (run_id,)).fetchone()[0]
+        return max(1, -(-(last or 0) // int(max_points)))
+
+    # The display reads below keep, per series and per bucket of `width` steps, the row of the
+    # bucket's last step (SQLite takes the bare columns of a MAX() aggregate from that row):
+    # exact recorded values, like the recorder's own decimation; step 0 keeps its own bucket.
+    _BUCKET = "CASE WHEN step = 0 THEN -1 ELSE (step - 1) / ? END"
+
+    def scalars(self, run_id: int, names: Sequence[str] | None = None,
+                max_points: int | None = None) -> pd.DataFrame:
+        """Long table `step, name, value` of a run's scalars, ordered by step.
+
+        Args:
+            names: only these scalars (default all).
+            max_points: at most about this many rows per scalar (the last row of each bucket
+                of steps), for charts of long runs recorded without decimation; None = all.
+        """
+        where, params = "run_id = ?", [run_id]
         if names:
-            marks = ",".join("?" * len(names))
-            return self._frame(
-                f"SELECT step, name, value FROM scalars WHERE run_id = ? AND name IN ({marks})"
-                " ORDER BY step", (run_id, *names),
-            )
+            where += f" AND name IN ({','.join('?' * len(names))})"
+            params += list(names)
+        width = self._bucket("scalars", run_id, max_points)
+        if width == 1:
+            return self._frame(f"SELECT step, name, value FROM scalars WHERE {where}"
+                               " ORDER BY step", params)
         return self._frame(
-            "SELECT step, name, value FROM scalars WHERE run_id = ? ORDER BY step", (run_id,)
+            f"SELECT MAX(step) AS step, name, value FROM scalars WHERE {where}"
+            f" GROUP BY name, {self._BUCKET} ORDER BY step", [*params, width],
         )
 
     def hyper_changes(self, run_id: int) -> pd.DataFrame:
@@ -103,18 +127,30 @@ class RecordTables:
             " ORDER BY step, rowid", (run_id,),
         )
 
-    def slot_stats(self, run_id: int) -> pd.DataFrame:
-        """`step, variable, slot, norm, mean, std` rows of a run, ordered by step."""
+    def slot_stats(self, run_id: int, max_points: int | None = None) -> pd.DataFrame:
+        """`step, variable, slot, norm, mean, std` rows of a run, ordered by step
+        (`max_points`: at most about this many rows per series, see `scalars`)."""
+        width = self._bucket("slot_stats", run_id, max_points)
+        if width == 1:
+            return self._frame(
+                "SELECT step, variable, slot, norm, mean, std FROM slot_stats WHERE run_id = ?"
+                " ORDER BY step", (run_id,),
+            )
         return self._frame(
-            "SELECT step, variable, slot, norm, mean, std FROM slot_stats WHERE run_id = ?"
-            " ORDER BY step", (run_id,),
+            "SELECT MAX(step) AS step, variable, slot, norm, mean, std FROM slot_stats"
+            f" WHERE run_id = ? GROUP BY variable, slot, {self._BUCKET} ORDER BY step",
+            (run_id, width),
         )
 
-    def histograms(self, run_id: int, variable: str, slot: str) -> pd.DataFrame:
-        """`step, lo, hi, counts` (counts decoded to lists) of one (variable, slot)."""
+    def histograms(self, run_id: int, variable: str, slot: str,
+                   max_points: int | None = None) -> pd.DataFrame:
+        """`step, lo, hi, counts` (counts decoded to lists) of one (variable, slot)
+        (`max_points`: at most about this many steps, see `scalars`)."""
+        width = self._bucket("histograms", run_id, max_points)
         frame = self._frame(
-            "SELECT step, lo, hi, counts FROM histograms WHERE run_id = ? AND variable = ?"
-            " AND slot = ? ORDER BY step", (run_id, variable, slot),
+            "SELECT MAX(step) AS step, lo, hi, counts FROM histograms WHERE run_id = ?"
+            f" AND variable = ? AND slot = ? GROUP BY {self._BUCKET} ORDER BY step",
+            (run_id, variable, slot, width),
         )
         frame["counts"] = frame["counts"].map(json.loads)
         return frame

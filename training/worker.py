@@ -236,13 +236,9 @@ class _Run:
         self.store.finish_command(cid, "done", "", next_step)
 
     def wait_while_paused(self) -> None:
-        beat = time.monotonic()
-        while self.paused and not self.stop_requested:
+        while self.paused and not self.stop_requested:  # `_Heartbeat` beats meanwhile
             time.sleep(POLL_EVERY_S)
             self.poll()
-            if time.monotonic() - beat >= HEARTBEAT_S:
-                self.store.append(self.run_id, step=self.step)
-                beat = time.monotonic()
 
     # ----- training -------------------------------------------------------------------------
     def evaluate(self, step: int) -> None:
@@ -321,6 +317,30 @@ class _Run:
         return "finished", f"finished {self.total} steps"
 
 
+class _Heartbeat:
+    """Writes `runs.heartbeat` every `HEARTBEAT_S` from its own thread for the whole life of
+    the run, so that a process busy for long in its main thread (importing TensorFlow on a
+    loaded machine, building the model, an XLA compile) is not taken for dead by the pages
+    (`RunStore.mark_interrupted` after `STALE_AFTER` s of silence)."""
+
+    def __init__(self, store: RunStore, run_id: int):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(store, run_id),
+                                        name="heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self, store: RunStore, run_id: int) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                store.append(run_id)  # an empty batch: only the heartbeat
+            except Exception:  # noqa: BLE001 - a busy store: beat again next time
+                pass
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 def _jsonable(value: Any) -> Any:
     """`value` with NumPy scalars turned into Python numbers and unknown objects into repr."""
     if isinstance(value, dict):
@@ -352,6 +372,7 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
     from training.engine import Engine
 
     run: _Run | None = None
+    heartbeat = _Heartbeat(store, run_id)
     try:
         stored = store.run(run_id)["config"]
         plugins.ensure_registered(stored.get("optimizer", ""))  # before validation names it
@@ -405,6 +426,7 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         raise
     finally:
         _STOP_HOOK[0] = None
+        heartbeat.close()
         if run is not None:
             run.close()
 

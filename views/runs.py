@@ -13,6 +13,7 @@ import pandas as pd
 import streamlit as st
 
 from components import run_figures as rf
+from components.figures import DISPLAY_POINTS
 from training.config_io import MAX_BYTES, ConfigImportError
 from training.export import BUNDLE_MAX_BYTES, parse_import
 from training.store import FINAL_STATUSES, LIVE_STATUSES, RunStore, default_store_path
@@ -138,7 +139,7 @@ def comparison(table: pd.DataFrame) -> None:
     st.caption("Legend names what differs: " + (", ".join(differ) if differ else
                                                  "nothing (same config)"))
     key = "-".join(map(str, chosen))
-    scalars = {i: store().scalars(i) for i in chosen}
+    scalars = {i: store().scalars(i, max_points=DISPLAY_POINTS) for i in chosen}
     tabs = st.tabs(["Loss", "Validation", "Hyperparameters", "Slots", "Hyper-gradients"])
     with tabs[0]:
         log_y = st.checkbox("log loss axis", key="runs_log_y")
@@ -161,7 +162,7 @@ def comparison(table: pd.DataFrame) -> None:
 
 
 def slots_section(chosen: list[int], labels: dict[int, str], key: str) -> None:
-    stats = {i: store().slot_stats(i) for i in chosen}
+    stats = {i: store().slot_stats(i, max_points=DISPLAY_POINTS) for i in chosen}
     pairs = list(dict.fromkeys(
         (v, s) for f in stats.values() if not f.empty for v, s in zip(f["variable"], f["slot"])))
     if not pairs:

@@ -356,7 +356,7 @@ def live_body(run_id: int, was_active: bool) -> None:
     active = run["status"] in LIVE_STATUSES
     if was_active and not active:
         st.rerun(scope="app")  # once: redraw the whole page (selector labels, static mode)
-    scalars = store().scalars(run_id)
+    scalars = store().scalars(run_id, max_points=run_panels.DISPLAY_POINTS)
     st.markdown(status_line(run, scalars))
     st.progress(min(run["step"] / max(run["total_steps"], 1), 1.0))
     if run["message"]:
