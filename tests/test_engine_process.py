@@ -10,18 +10,6 @@ import pytest
 from optimizers.hyperparams import InvalidHyperparameter
 from training import runs
 from training.config import RunConfig
-from training.store import RunStore
-
-
-@pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    yield RunStore()
-    for run_id, proc in list(runs._PROCESSES.items()):  # never leave a worker behind
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    runs.reap()
 
 
 @pytest.mark.slow

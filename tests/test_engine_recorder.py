@@ -103,24 +103,30 @@ def test_display_reads_keep_at_most_max_points_per_series(tmp_path):
 
     store = RunStore(tmp_path / "runs.sqlite")
     run_id = store.create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",
-                               "seed": 0, "steps": 10_000})
-    store.append(run_id, scalars=[(s, "train_loss", float(s)) for s in range(1, 10_001)]
-                 + [(s, "val_loss", -float(s)) for s in range(0, 10_001, 25)],
-                 slot_stats=[(s, "w", "m", 1.0, float(s), 0.0) for s in range(1, 10_001)],
-                 histograms=[(s, "w", "m", 0.0, 1.0, [s]) for s in range(20, 10_001, 20)])
-    full = store.scalars(run_id)
-    assert len(full) == 10_000 + 401
-    few = store.scalars(run_id, max_points=100)
+                               "seed": 0, "steps": 20_000})
+    last = 9_999  # mid-run: the live head is kept although it is no multiple of the width
+    store.append(run_id, scalars=[(s, "train_loss", float(s)) for s in range(1, last + 1)]
+                 + [(s, "val_loss", -float(s)) for s in range(0, last + 1, 25)],
+                 slot_stats=[(s, "w", "m", 1.0, float(s), 0.0) for s in range(1, last + 1)],
+                 histograms=[(s, "w", "m", 0.0, 1.0, [s]) for s in range(20, last + 1, 20)],
+                 step=last)
+    assert len(store.scalars(run_id)) == last + 400
+    few = store.scalars(run_id, max_points=100)  # width 100: 9,999 / 100 <= 100
     train = few[few["name"] == "train_loss"]
-    # the last step of each 100-step bucket, with its exact value
-    assert list(train["step"]) == list(range(100, 10_001, 100))
-    assert (train["value"] == train["step"].astype(float)).all()
+    assert list(train["step"]) == [1] + list(range(100, last, 100)) + [last]
+    assert (train["value"] == train["step"].astype(float)).all()  # exact recorded values
     val = few[few["name"] == "val_loss"]
-    assert list(val["step"]) == [0] + list(range(100, 10_001, 100))  # step 0 kept apart
+    assert list(val["step"]) == [0] + list(range(100, last, 100))
     assert (val["value"] == -val["step"].astype(float)).all()
     stats = store.slot_stats(run_id, max_points=100)
-    assert list(stats["step"]) == list(range(100, 10_001, 100))
-    hist = store.histograms(run_id, "w", "m", max_points=100)
-    assert list(hist["step"]) == list(range(100, 10_001, 100))
+    assert list(stats["step"]) == [1] + list(range(100, last, 100)) + [last]
+    hist = store.histograms(run_id, "w", "m", max_points=40)  # width 500
+    assert list(hist["step"]) == list(range(500, last, 500))
     assert [c[0] for c in hist["counts"]] == list(hist["step"])
-    assert len(store.histograms(run_id, "w", "m")) == 500
+    assert len(store.histograms(run_id, "w", "m")) == last // 20
+    # decimated recording (strides 1, 10, 100): every kept step is a recorded one
+    decimated = [s for s in range(1, last + 1) if recorder.should_record(s)]
+    store.append(run_id, scalars=[(s, "decimated", 1.0) for s in decimated])
+    kept = store.scalars(run_id, names=["decimated"], max_points=500)  # width 20
+    assert set(kept["step"]) <= set(decimated)
+    assert list(kept["step"]) == [1] + [s for s in decimated if s % 20 == 0]

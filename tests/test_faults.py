@@ -16,25 +16,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 from _streamlit_server import health, streamlit_server
 from training import recorder, runs
 from training.config import RunConfig
-from training.store import FINAL_STATUSES, RunStore, pid_alive
+from training.store import FINAL_STATUSES, pid_alive
 
 TABLES = ("scalars", "slot_stats", "histograms", "hyper_changes")
-
-
-@pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    yield RunStore()
-    for proc in list(runs._PROCESSES.values()):  # never leave a worker behind
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    runs.reap()
 
 
 # ----- helpers --------------------------------------------------------------------------------

@@ -19,17 +19,6 @@ APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TINY = dict(dataset="moons", model="logistic", eval_every=50)
 
 
-@pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    yield RunStore()
-    for proc in list(runs._PROCESSES.values()):  # never leave a worker behind
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    runs.reap()
-
-
 def workers_of(store: RunStore) -> list[int]:
     """Pids of live processes whose command line names this store (any parent)."""
     found = []

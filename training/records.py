@@ -84,19 +84,28 @@ class RecordTables:
         with self._connect() as con:
             return pd.read_sql_query(sql, con, params=params)
 
-    def _bucket(self, table: str, run_id: int, max_points: int | None) -> int:
-        """Bucket width in steps that leaves at most ~`max_points` rows per series (1 = all)."""
-        if not max_points:
-            return 1
-        with self._connect() as con:
-            last = con.execute(f"SELECT MAX(step) FROM {table} WHERE run_id = ?",
-                               (run_id,)).fetchone()[0]
-        return max(1, -(-(last or 0) // int(max_points)))
+    def _display_filter(self, run_id: int, max_points: int | None) -> tuple[str, list[Any]]:
+        """SQL condition (and its parameters) keeping about `max_points` steps of a series.
 
-    # The display reads below keep, per series and per bucket of `width` steps, the row of the
-    # bucket's last step (SQLite takes the bare columns of a MAX() aggregate from that row):
-    # exact recorded values, like the recorder's own decimation; step 0 keeps its own bucket.
-    _BUCKET = "CASE WHEN step = 0 THEN -1 ELSE (step - 1) / ? END"
+        Kept: steps that are multiples of a width `w` in {1, 2, 5} x 10^k with
+        `last / w <= max_points`, steps 0 and 1, and the run's last step (`runs.step`, written
+        in the same transaction as the records: the live head of the curves).
+        Because the recorder's strides are powers of 10 (`recorder.stride`), every kept step of
+        a decimated run is one that was recorded. A filter rather than a GROUP BY: it needs no
+        sort of the whole run (a 200,000-step run recorded at every step has 2.4 million slot
+        rows), and the rows are exact recorded values.
+        """
+        if not max_points:
+            return "", []
+        with self._connect() as con:
+            row = con.execute("SELECT step FROM runs WHERE id = ?", (run_id,)).fetchone()
+        last = row[0] if row else 0
+        width = 1
+        while last / width > max_points:
+            width = width * 5 // 2 if str(width).startswith("2") else width * 2
+        if width == 1:
+            return "", []
+        return " AND (step % ? = 0 OR step <= 1 OR step = ?)", [width, last]
 
     def scalars(self, run_id: int, names: Sequence[str] | None = None,
                 max_points: int | None = None) -> pd.DataFrame:
@@ -104,21 +113,16 @@ class RecordTables:
 
         Args:
             names: only these scalars (default all).
-            max_points: at most about this many rows per scalar (the last row of each bucket
-                of steps), for charts of long runs recorded without decimation; None = all.
+            max_points: about this many steps per scalar at most (see `_display_filter`), for
+                the charts of long runs; None = every row.
         """
         where, params = "run_id = ?", [run_id]
         if names:
             where += f" AND name IN ({','.join('?' * len(names))})"
             params += list(names)
-        width = self._bucket("scalars", run_id, max_points)
-        if width == 1:
-            return self._frame(f"SELECT step, name, value FROM scalars WHERE {where}"
-                               " ORDER BY step", params)
-        return self._frame(
-            f"SELECT MAX(step) AS step, name, value FROM scalars WHERE {where}"
-            f" GROUP BY name, {self._BUCKET} ORDER BY step", [*params, width],
-        )
+        extra, extra_params = self._display_filter(run_id, max_points)
+        return self._frame(f"SELECT step, name, value FROM scalars WHERE {where}{extra}"
+                           " ORDER BY step", [*params, *extra_params])
 
     def hyper_changes(self, run_id: int) -> pd.DataFrame:
         """`step, name, old, new, source, created` rows of a run, in the order they took effect."""
@@ -129,28 +133,21 @@ class RecordTables:
 
     def slot_stats(self, run_id: int, max_points: int | None = None) -> pd.DataFrame:
         """`step, variable, slot, norm, mean, std` rows of a run, ordered by step
-        (`max_points`: at most about this many rows per series, see `scalars`)."""
-        width = self._bucket("slot_stats", run_id, max_points)
-        if width == 1:
-            return self._frame(
-                "SELECT step, variable, slot, norm, mean, std FROM slot_stats WHERE run_id = ?"
-                " ORDER BY step", (run_id,),
-            )
+        (`max_points`: see `scalars`)."""
+        extra, params = self._display_filter(run_id, max_points)
         return self._frame(
-            "SELECT MAX(step) AS step, variable, slot, norm, mean, std FROM slot_stats"
-            f" WHERE run_id = ? GROUP BY variable, slot, {self._BUCKET} ORDER BY step",
-            (run_id, width),
+            "SELECT step, variable, slot, norm, mean, std FROM slot_stats WHERE run_id = ?"
+            f"{extra} ORDER BY step", (run_id, *params),
         )
 
     def histograms(self, run_id: int, variable: str, slot: str,
                    max_points: int | None = None) -> pd.DataFrame:
         """`step, lo, hi, counts` (counts decoded to lists) of one (variable, slot)
-        (`max_points`: at most about this many steps, see `scalars`)."""
-        width = self._bucket("histograms", run_id, max_points)
+        (`max_points`: see `scalars`; histograms are recorded every 20 strides)."""
+        extra, params = self._display_filter(run_id, max_points)
         frame = self._frame(
-            "SELECT MAX(step) AS step, lo, hi, counts FROM histograms WHERE run_id = ?"
-            f" AND variable = ? AND slot = ? GROUP BY {self._BUCKET} ORDER BY step",
-            (run_id, variable, slot, width),
+            "SELECT step, lo, hi, counts FROM histograms WHERE run_id = ? AND variable = ?"
+            f" AND slot = ?{extra} ORDER BY step", (run_id, variable, slot, *params),
         )
         frame["counts"] = frame["counts"].map(json.loads)
         return frame
