@@ -31,8 +31,20 @@ def no_exception(page, name: str) -> None:
     assert boxes.count() == 0, boxes.first.inner_text()
 
 
-def set_number(page, label: str, value: str) -> None:
-    """Type `value` into the number input labelled `label` and commit it with Enter."""
+def set_number(page, label: str, value: str, settle: bool = True) -> None:
+    """Type `value` into the number input labelled `label`, commit it with Enter and (with
+    `settle`) wait until the script run it caused is over: typing into the next widget while
+    that rerun is in flight can lose the typed value (seen in CI on a loaded machine)."""
     box = page.get_by_role("spinbutton", name=label, exact=True)
     box.fill(value)
     box.press("Enter")
+    if settle:
+        idle(page)
+
+
+def idle(page, timeout_ms: int = 60_000) -> None:
+    """Wait until Streamlit shows no running script (its status widget's running icon)."""
+    page.wait_for_timeout(300)  # let the rerun request leave
+    page.locator('[data-testid="stStatusWidgetRunningIcon"], '
+                 '[data-testid="stStatusWidgetRunningManIcon"]').first.wait_for(
+        state="detached", timeout=timeout_ms)

@@ -47,11 +47,11 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
     no_exception(page, "train-invalid-learning-rate")
     set_number(page, "learning_rate", "1.00e-3")
     set_number(page, "steps", "100000")
-    page.wait_for_timeout(1500)
+    assert page.get_by_role("spinbutton", name="steps", exact=True).input_value() == "100000"
     assert page.get_by_role("button", name="Start").is_enabled()
     page.get_by_role("button", name="Start").click()
-    # the status line shows the run training and its step advancing
-    status = page.get_by_text(re.compile(r"status running · step [1-9]\d*"))
+    # the status line shows the run training (100,000 steps as set) and its step advancing
+    status = page.get_by_text(re.compile(r"status running · step [1-9]\d*/100000"))
     status.wait_for(timeout=120_000)
     loss_chart = page.locator(".js-plotly-plot").first
     loss_chart.wait_for()
@@ -66,7 +66,7 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
     assert later > first, "the loss chart did not update live"
     no_exception(page, "train-running")
 
-    set_number(page, "learning_rate", "5.00e-3")
+    set_number(page, "learning_rate", "5.00e-3", settle=False)
     page.get_by_text("Hyperparameter changes").wait_for()
     page.locator("table").filter(has_text="learning_rate").filter(has_text="0.005").wait_for(
         timeout=60_000
@@ -74,7 +74,7 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
     no_exception(page, "train-after-lr-change")
 
     # a refused live value: named with its range, the run goes on with the old value
-    set_number(page, "learning_rate", "-1")
+    set_number(page, "learning_rate", "-1", settle=False)
     alert(page, r"learning_rate.*\(0, 10\]").wait_for()
     page.get_by_text(re.compile(r"status running · step [1-9]\d*")).wait_for()
     table = page.locator("table").filter(has_text="learning_rate")

@@ -34,6 +34,9 @@ def own_run(page) -> tuple[int, str]:
 
 def wait_status(page, run_id: int, status: str, timeout_ms: int = 120_000) -> None:
     page.get_by_text(re.compile(rf"Run #{run_id} · status {status}")).wait_for(timeout=timeout_ms)
+    if status == "running":  # the run has the steps typed before Start
+        page.get_by_text(re.compile(rf"Run #{run_id} · status running · step \d+/100000")
+                         ).wait_for(timeout=timeout_ms)
 
 
 def test_four_sessions_pool_queue_and_no_cross_talk(tmp_path):
@@ -54,7 +57,6 @@ def test_four_sessions_pool_queue_and_no_cross_talk(tmp_path):
                 if number > 0:  # a new session does not open on somebody else's run
                     assert page.get_by_text("No run in this session yet").count() == 1
                 set_number(page, "steps", "100000")
-                page.wait_for_timeout(1000)
                 page.get_by_role("button", name="Start").click()
                 page.get_by_text(RUN_ID).first.wait_for()
                 ids.append(own_run(page)[0])
@@ -70,7 +72,7 @@ def test_four_sessions_pool_queue_and_no_cross_talk(tmp_path):
             assert store.active_count() == 2
 
             # a learning-rate change in session 1 reaches run 1 only
-            set_number(pages[0], "learning_rate", "5.00e-3")
+            set_number(pages[0], "learning_rate", "5.00e-3", settle=False)
             pages[0].locator("table").filter(has_text="learning_rate").filter(
                 has_text="0.005").wait_for(timeout=60_000)
             no_exception(pages[0], "sessions-1-after-lr-change")
