@@ -28,7 +28,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from optimizers.hyperparams import HyperSpec, InvalidHyperparameter
+from optimizers.hyperparams import HyperSpec, InvalidHyperparameter, find_spec
 from optimizers.rules import as_step
 
 LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
@@ -80,11 +80,7 @@ class RuleOptimizer(LegacyOptimizer):
         Raises:
             KeyError: no such hyperparameter (message lists the known names).
         """
-        for spec in self.hyperparameter_specs():
-            if spec.name == name:
-                return spec
-        known = ", ".join(s.name for s in self.hyperparameter_specs())
-        raise KeyError(f"{type(self).__name__} has no hyperparameter {name!r}; known: {known}")
+        return find_spec(self.hyperparameter_specs(), name, type(self).__name__)
 
     def _set_hyper(self, name: str, value: Any) -> None:
         """Validate, then register or assign hyperparameter `name` (see the module docstring).

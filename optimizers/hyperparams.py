@@ -86,6 +86,19 @@ class HyperSpec:
         return number
 
 
+def find_spec(specs: tuple[HyperSpec, ...], name: str, owner: str) -> HyperSpec:
+    """The spec named `name` among `specs` of the optimizer class `owner`.
+
+    Raises:
+        KeyError: no such hyperparameter (message lists the known names).
+    """
+    for spec in specs:
+        if spec.name == name:
+            return spec
+    known = ", ".join(s.name for s in specs)
+    raise KeyError(f"{owner} has no hyperparameter {name!r}; known: {known}")
+
+
 # Shared specs: the same meaning and range in every optimizer that uses them.
 LEARNING_RATE = HyperSpec(
     "learning_rate", 1e-3, 0.0, 10.0, "step size multiplying every update",

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers.base import shortest_float
-from optimizers.hyperparams import HyperSpec
+from optimizers.hyperparams import HyperSpec, find_spec
 
 LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
 
@@ -135,11 +135,7 @@ class Lookahead(LegacyOptimizer):
         Raises:
             KeyError: no such hyperparameter (message lists the known names).
         """
-        for spec in self.hyperparameter_specs():
-            if spec.name == name:
-                return spec
-        known = ", ".join(s.name for s in self.hyperparameter_specs())
-        raise KeyError(f"{type(self).__name__} has no hyperparameter {name!r}; known: {known}")
+        return find_spec(self.hyperparameter_specs(), name, type(self).__name__)
 
     def hyper_values(self) -> dict[str, float]:
         """Every hyperparameter (own, then inner) as a Python float."""
