@@ -312,9 +312,9 @@ def status_line(run: dict[str, Any], scalars: pd.DataFrame) -> str:
     if run["status"] == QUEUED:
         from training import runs
 
-        place = store().queue_positions().get(run["id"])
+        positions = store().queue_positions()
         return " · ".join(parts + [
-            f"queue position **{place}** of {len(store().queue_positions())}",
+            f"queue position **{positions.get(run['id'])}** of {len(positions)}",
             f"{store().active_count()} of {runs.pool_size()} pool places busy "
             "(`OPTIMIZER_LAB_POOL_SIZE`); it starts when a run ends",
         ])
