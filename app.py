@@ -1,4 +1,11 @@
-"""Optimizer Lab: the Streamlit entry point (`streamlit run app.py`). Pages live in `views/`."""
+"""Optimizer Lab: the Streamlit entry point (`streamlit run app.py`). Pages live in `views/`.
+
+The server never imports TensorFlow for the pages that only show specs, runs and records
+(Home, Train, Runs, Hyper-gradients): optimizer facts come from `optimizers.catalog`, plugins
+are checked and described in a child process (`components.plugin_loader`), and the device list
+comes from a child too (`components.device_list`, started by the first page that asks).
+tests/test_tf_free_server.py holds it to that.
+"""
 
 import lab_env  # noqa: F401  (Keras 2 before TensorFlow loads)
 import streamlit as st

@@ -17,6 +17,8 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from optimizers.schedule_specs import EFFECTIVE_LR
+
 # Rows per series read for a chart: a 200,000-step run recorded without decimation would
 # otherwise ship 200k points per series to the browser on every refresh (bench/bench_long_run.py
 # measured the page refresh growing from 0.8 s to 3.7 s over such a run).
@@ -119,9 +121,57 @@ def decimation_markers(fig: go.Figure, last_step: int) -> None:
                           annotation_position="bottom right")
 
 
+def schedule_lines(fig: go.Figure, marks: Sequence[tuple[int, str]], row: int | None = None
+                   ) -> None:
+    """A dash-dot green vertical line at every `(step, label)` of a learning-rate schedule
+    (`optimizers.schedule_specs.schedule_marks`: boundaries, restarts, staircase steps,
+    warm-up end): the first step of the new regime. Labelled when there are at most 12."""
+    for step, label in marks:
+        fig.add_vline(x=int(step), line={"dash": "dashdot", "color": "seagreen", "width": 1},
+                      annotation={"text": label, "textangle": -90,
+                                  "font": {"size": 10, "color": "seagreen"}}
+                      if len(marks) <= 12 else None,
+                      annotation_position="bottom left", **({"row": row} if row else {}))
+
+
+def learning_rate_figure(
+    planned: tuple[Sequence[int], Sequence[float]] | None = None,
+    recorded: pd.DataFrame | None = None, marks: Sequence[tuple[int, str]] = (),
+    uirevision: Hashable = "lr", height: int = 240, log_y: bool = False,
+) -> go.Figure:
+    """The learning rate over a run's steps: the schedule as planned and as the run used it.
+
+    Args:
+        planned: (steps [n], learning rates [n]) computed in NumPy from the schedule's formulas
+            (`optimizers.schedule_specs.schedule_curve`, step t uses iterations t - 1); a line.
+        recorded: scalar rows `step, name, value` whose `learning_rate (effective)` rows (what
+            `_decayed_lr` returned, recorded by the run) are drawn as markers.
+        marks: `(step, label)` regime changes drawn by `schedule_lines`.
+        log_y: logarithmic learning-rate axis.
+    """
+    fig = go.Figure()
+    if planned is not None and len(planned[0]):
+        fig.add_trace(go.Scatter(x=list(map(int, planned[0])), y=list(map(float, planned[1])),
+                                 name="schedule (NumPy)", mode="lines",
+                                 line={"color": qualitative.Plotly[2]},
+                                 hovertemplate="step %{x}: lr=%{y:.6g}<extra></extra>"))
+    rows = _series(recorded, EFFECTIVE_LR) if recorded is not None else None
+    if rows is not None and not rows.empty:
+        fig.add_trace(go.Scatter(x=rows["step"].tolist(), y=rows["value"].tolist(),
+                                 name="effective (recorded)", mode="markers",
+                                 marker={"size": 4, "color": qualitative.Plotly[4]},
+                                 hovertemplate="step %{x}: _decayed_lr=%{y:.6g}<extra></extra>"))
+    schedule_lines(fig, marks)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="learning rate", type="log" if log_y else "linear",
+                     exponentformat="e")
+    return _finish(fig, uirevision, "Learning rate", height)
+
+
 def loss_figure(
     scalars: pd.DataFrame, uirevision: Hashable = "loss", log_y: bool = False, height: int = 340,
     changes: pd.DataFrame | None = None, smoothing: float = 0.0,
+    schedule_marks: Sequence[tuple[int, str]] = (),
 ) -> go.Figure:
     """Training loss (every recorded step) and validation loss (every `eval_every` steps).
 
@@ -132,6 +182,8 @@ def loss_figure(
         changes: `hyper_changes` rows; `user` / `auto-tune` ones get a vertical marker.
         smoothing: EMA weight per step in [0, 1) for the train loss (see `ema`); above 0 the
             raw curve stays as a faint `train loss (raw)` trace behind the smoothed one.
+        schedule_marks: `(step, label)` of the learning-rate schedule's regime changes
+            (`schedule_lines`).
     """
     fig = go.Figure()
     train = _series(scalars, "train_loss")
@@ -150,6 +202,7 @@ def loss_figure(
             mode="lines+markers", marker={"size": 5}, line={"color": qualitative.Plotly[1]},
         ))
     change_markers(fig, changes)
+    schedule_lines(fig, schedule_marks)
     last = int(scalars["step"].max()) if scalars is not None and not scalars.empty else 0
     decimation_markers(fig, last)
     fig.update_xaxes(title_text="step")

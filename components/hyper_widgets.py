@@ -7,6 +7,11 @@ becomes a number input shown as `1.00e-03`. Whether a value is allowed is decide
 `HyperSpec.validate` alone (the same check the optimizer and the run process make); a refused
 value is shown with `st.error` naming the field and its range.
 
+The learning-rate schedule picker (`schedule_widgets`) is generated the same way from the
+TF-free table `optimizers.schedule_specs.SCHEDULE_SPECS`: "constant" or a Keras class, then one
+typed input per constructor parameter (numbers, a checkbox for bools, comma-separated text for
+lists), plus the legacy `decay` from the settings table.
+
 Widgets are initialised through `st.session_state[key]` (never with `value=`), so a page can set
 them programmatically without Streamlit's "default value and Session State" warning.
 """
@@ -19,6 +24,9 @@ from typing import Any, Callable, Iterable, Mapping
 import streamlit as st
 
 from optimizers.hyperparams import HyperSpec, InvalidHyperparameter
+from optimizers.schedule_specs import (KERAS_DOC, SCHEDULE_SPECS, ScheduleError, ScheduleParam,
+                                       param_text, params, validate_schedule)
+from settings import fields
 
 OnChange = Callable[[str], None]
 
@@ -194,3 +202,64 @@ def option_widgets(
         else:
             out[name] = float(st.number_input(name, key=key, disabled=disabled))
     return out
+
+
+def _schedule_param_widget(spec: ScheduleParam, key: str, common: dict[str, Any]) -> Any:
+    """One typed input for a schedule parameter (its state under `key`)."""
+    label = spec.name + (" (empty = none)" if spec.optional else "")
+    help_text = f"{spec.help} (allowed {spec.allowed()})"
+    if spec.kind == "bool":
+        return st.checkbox(spec.name, help=help_text, **common)
+    if spec.kind in ("ints", "floats"):
+        return st.text_input(spec.name, help=help_text + "; comma-separated", **common)
+    if spec.kind == "int":
+        return st.number_input(label, min_value=int(spec.low), max_value=int(spec.high), step=1,
+                               help=help_text, **common)
+    value = st.session_state.get(key)
+    step = 10.0 ** (math.floor(math.log10(value)) - 1) if spec.log and value else 0.01
+    return st.number_input(label, min_value=None if spec.low_open else float(spec.low),
+                           max_value=float(spec.high), step=step,
+                           format="%.3e" if spec.log else "%.4g", help=help_text, **common)
+
+
+def schedule_widgets(on_change: OnChange | None = None, disabled: bool = False
+                     ) -> tuple[dict[str, Any] | None, str | None]:
+    """The learning-rate schedule picker, its parameters and `decay`.
+
+    Session keys come from `settings.fields` (`schedule_class_key`, `schedule_key`, `decay`),
+    initialised through session state with the spec defaults. `on_change` is called with
+    "lr_schedule" (picker or a parameter) or "decay".
+
+    Returns:
+        (the validated serialized schedule or None for constant, None or the refusal message
+        naming the field, e.g. `lr_schedule.config.values=... refused: must be ...`).
+    """
+    state = st.session_state
+    class_key = fields.schedule_class_key()
+    choices = [fields.CONSTANT, *SCHEDULE_SPECS]
+    if state.get(class_key) not in choices:
+        state[class_key] = fields.CONSTANT
+    callback = dict(on_change=on_change, args=("lr_schedule",)) if on_change else {}
+    name = st.selectbox(fields.label("lr_schedule"), choices, key=class_key, disabled=disabled,
+                        help=f"{fields.help_text('lr_schedule')}; constant = the "
+                             "learning_rate above", **callback)
+    if name != fields.CONSTANT:
+        st.caption(f"[{name}]({KERAS_DOC}{name}) replaces `learning_rate` "
+                   "(`learning_rate=schedule`)")
+        columns = st.columns(2)
+        for index, spec in enumerate(params(name)):
+            key = fields.schedule_key(name, spec.name)
+            if key not in state:
+                state[key] = (param_text(spec.default) if spec.kind in ("ints", "floats")
+                              else spec.default)
+            with columns[index % 2]:
+                _schedule_param_widget(spec, key, dict(key=key, disabled=disabled, **callback))
+    error = None
+    try:
+        schedule = validate_schedule("lr_schedule", fields.schedule_from_session(state))
+    except ScheduleError as refused:
+        schedule, error = None, str(refused)
+        st.error(error)
+    decay_callback = dict(on_change=on_change, args=("decay",)) if on_change else {}
+    st.number_input(**fields.number_input_args("decay"), disabled=disabled, **decay_callback)
+    return schedule, error

@@ -16,10 +16,68 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from components.figures import _finish, plain
+from optimizers import schedule_specs as schedule_table
+from optimizers.hyperparams import HyperSpec
 
 EXACT_COLOR = "#1f77b4"
 ONE_STEP_COLOR = "#ff7f0e"
 REVERSE_COLOR = "#2ca02c"
+
+
+SCHEDULE_PREFIX = "lr_schedule."
+
+
+def parameter_label(name: str, lr_schedule: Mapping[str, Any] | None = None) -> str:
+    """A followed name as shown: a schedule parameter says which schedule it belongs to,
+    e.g. `lr_schedule.decay_rate (ExponentialDecay)`; other names unchanged.
+
+    Args:
+        lr_schedule: the run's serialized schedule (`{"class_name": ..., "config": ...}`) or None.
+    """
+    if name.startswith(SCHEDULE_PREFIX) and lr_schedule:
+        return f"{name} ({lr_schedule.get('class_name', 'schedule')})"
+    return name
+
+
+def schedule_specs(lr_schedule: Mapping[str, Any] | None) -> dict[str, HyperSpec]:
+    """`lr_schedule.<param>` -> a `HyperSpec` (current value, range, log scale) for each float
+    parameter of the run's schedule, from the TF-free table `optimizers.schedule_specs`; {} for
+    a constant learning rate or an unknown class."""
+    if not lr_schedule:
+        return {}
+    try:
+        table = {p.name: p for p in schedule_table.params(lr_schedule["class_name"])}
+        names = schedule_table.float_params(lr_schedule)
+    except (KeyError, TypeError):
+        return {}
+    config = lr_schedule.get("config") or {}
+    return {SCHEDULE_PREFIX + n: HyperSpec(
+        SCHEDULE_PREFIX + n, float(config[n]), table[n].low, table[n].high, table[n].help,
+        low_inclusive=not table[n].low_open, log_scale=table[n].log) for n in names}
+
+
+def learning_rate_text(lr_schedule: Mapping[str, Any] | None, decay: float = 0.0) -> str:
+    """How the learning rate of each step is made, in one line: `constant` or
+    `ExponentialDecay(initial_learning_rate=0.05, decay_steps=6, ...)`, then
+    ` / (1 + decay·t)` when the legacy decay is on."""
+    text = "constant"
+    if lr_schedule:
+        config = lr_schedule.get("config") or {}
+        text = f"{lr_schedule.get('class_name')}(" + ", ".join(
+            f"{k}={v}" for k, v in config.items() if k != "name" and v is not None) + ")"
+    if decay:
+        text += f" / (1 + {decay:g}·t)"
+    return text
+
+
+def correctness_table(result: Mapping[str, Any]) -> pd.DataFrame:
+    """The correctness check's rows (`hypergrad.correctness` JSON) as a table whose
+    `hyperparameter` column holds the labels (a schedule parameter names its schedule)."""
+    table = pd.DataFrame(result.get("rows") or [])
+    labels = result.get("labels") or {}
+    if not table.empty:
+        table["hyperparameter"] = [labels.get(n, n) for n in table["hyperparameter"]]
+    return table
 
 
 def followed_names(frame: pd.DataFrame) -> list[str]:
@@ -60,21 +118,26 @@ def asinh_ticks(values: np.ndarray, per_side: int = 4) -> tuple[list[float], lis
 
 
 def hypergradient_figure(frame: pd.DataFrame, uirevision: Hashable = "hypergrads",
-                         row_height: int = 190, symlog: bool = False) -> go.Figure:
-    """dE/dlambda over the steps, one subplot row per followed hyperparameter: the exact
-    (forward-mode) line, the one-step line and the truncated reverse-mode markers.
+                         row_height: int = 190, symlog: bool = False,
+                         labels: Mapping[str, str] | None = None) -> go.Figure:
+    """dE/dlambda over the steps, one subplot row per followed hyperparameter or schedule
+    parameter: the exact (forward-mode) line, the one-step line and the truncated reverse-mode
+    markers.
 
     Args:
         frame: `step, name, exact, one_step, reverse[, val_loss]` rows.
         symlog: draw asinh(value) instead of the value (signs kept, decades compressed);
             the tick labels stay in real units (`asinh_ticks`).
+        labels: name -> the label shown in titles and hover text (`parameter_label`, e.g.
+            which schedule a `lr_schedule.<param>` belongs to); default the name.
     """
     names = followed_names(frame)
     if not names:
         return _finish(go.Figure(), uirevision, "Hyper-gradients dE_val/dλ", row_height + 60)
     agreement = sign_agreement(frame)
-    titles = [plain(f"dE_val/d{n} · sign agreement {agreement[n]:.0f}%"
-                    if math.isfinite(agreement[n]) else f"dE_val/d{n}") for n in names]
+    shown_as = {n: (labels or {}).get(n, n) for n in names}
+    titles = [plain(f"dE_val/d{shown_as[n]} · sign agreement {agreement[n]:.0f}%"
+                    if math.isfinite(agreement[n]) else f"dE_val/d{shown_as[n]}") for n in names]
     fig = make_subplots(rows=len(names), cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=titles)
     transform = np.arcsinh if symlog else (lambda v: v)
@@ -90,7 +153,7 @@ def hypergradient_figure(frame: pd.DataFrame, uirevision: Hashable = "hypergrads
                 x=steps, y=transform(values).tolist(), name=label, mode="lines",
                 line={"color": color, "dash": dash}, legendgroup=column, showlegend=first,
                 customdata=values.tolist(),
-                hovertemplate=f"{plain(name)} {column} at step %{{x}}: "
+                hovertemplate=f"{plain(shown_as[name])} {column} at step %{{x}}: "
                               "%{customdata:.4g}<extra></extra>",
             ), row=row, col=1)
         reverse = rows.dropna(subset=["reverse"])
@@ -101,7 +164,7 @@ def hypergradient_figure(frame: pd.DataFrame, uirevision: Hashable = "hypergrads
                 name="reverse (truncated, last T steps)", mode="markers",
                 marker={"color": REVERSE_COLOR, "size": 9, "symbol": "x"},
                 legendgroup="reverse", showlegend=first, customdata=values.tolist(),
-                hovertemplate=f"{plain(name)} reverse at step %{{x}}: "
+                hovertemplate=f"{plain(shown_as[name])} reverse at step %{{x}}: "
                               "%{customdata:.4g}<extra></extra>",
             ), row=row, col=1)
         fig.add_hline(y=0, line={"color": "grey", "width": 1}, row=row, col=1)
@@ -152,14 +215,16 @@ def latest_slice(slices: pd.DataFrame) -> pd.DataFrame:
 
 
 def response_slice_figure(rows: pd.DataFrame, uirevision: Hashable = "slice",
-                          log_x: bool = False, horizon: int | None = None) -> go.Figure:
+                          log_x: bool = False, horizon: int | None = None,
+                          label: str | None = None) -> go.Figure:
     """Validation loss after the horizon vs the hyperparameter's value, with the tangent line
     loss_c + g (lambda - lambda_c) at the current value (g = the reverse-mode hyper-gradient of
-    the same function), drawn over the sweep's span."""
+    the same function), drawn over the sweep's span. `label` replaces the name in the texts
+    (`parameter_label`)."""
     if rows is None or rows.empty:
         return _finish(go.Figure(), uirevision, "Response slice", 360)
     rows = rows.sort_values("value")
-    name = plain(rows["name"].iloc[0])  # shown in names, hover text and the axis title
+    name = plain(label or rows["name"].iloc[0])  # in names, hover text and the axis title
     step = int(rows["step"].iloc[0])
     fig = go.Figure()
     fig.add_trace(go.Scatter(

@@ -1,10 +1,15 @@
-"""Pure figure builders of the Inside-one-step page (NumPy arrays in, plotly figures out)."""
+"""Pure figure and table builders of the Inside-one-step page and the Train page's Config tab
+(NumPy arrays in, plotly figures out; JSON rows in, pandas tables out). No TensorFlow here: the
+Streamlit server imports this module."""
 
 from __future__ import annotations
 
 from typing import Mapping
 
+import json
+
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -42,4 +47,66 @@ def heatmap_row(arrays: Mapping[str, np.ndarray], title: str = "", height: int =
     return fig
 
 
-__all__ = ["as_matrix", "heatmap_row"]
+# Column titles of `hyper_kinds_frame`: what each base-class method produced.
+KIND_COLUMNS = {
+    "stored": "_hyper[name]",
+    "aggregation": "aggregation=",
+    "get_hyper": "_get_hyper(name, dtype)",
+    "decayed_lr": "_decayed_lr(dtype)",
+    "serialized": "_serialize_hyperparameter",
+    "set_hyper_now": "_set_hyper(name, x) now",
+}
+
+
+def _exact(value: float) -> str:
+    # repr, not a rounded format: the point is to show 0.0010000000474974513 where it happens
+    return repr(float(value))
+
+
+def _get_hyper_text(row: Mapping) -> str:
+    if row.get("get_hyper_value") is None:
+        return str(row.get("get_hyper_type") or "")
+    return f"{row['get_hyper_type']} {row['get_hyper_dtype']} {_exact(row['get_hyper_value'])}"
+
+
+def _serialized_text(row: Mapping) -> str:
+    value = row.get("serialized")
+    if isinstance(value, dict):  # a schedule: Keras's {"class_name", "config", ...}
+        # class and config only (Keras also writes module / registered_name); compact separators
+        # keep the cell narrow enough for the table to fit the page
+        shown = {"class_name": value.get("class_name"), "config": value.get("config")}
+        return f"dict {json.dumps(shown, separators=(', ', ':'))}"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f"{row.get('serialized_type') or type(value).__name__} {_exact(value)}"
+    return str(value)
+
+
+def hyper_kinds_frame(rows: list[Mapping]) -> pd.DataFrame:
+    """A readable table of `optimizers.hyper_kinds` rows (JSON dicts, e.g. read from the run store).
+
+    Columns: "owner" (only when some row is a wrapper's inner optimizer's), "name", "kind", then
+    `KIND_COLUMNS` in order. Numbers are shown exactly (`repr`), a schedule's serialized dict as
+    JSON of its class_name and config, a missing value as "".
+    """
+    records = []
+    for row in rows:
+        decayed = row.get("decayed_lr")
+        records.append({
+            "owner": row.get("owner", "optimizer"),
+            "name": row.get("name", ""),
+            "kind": row.get("kind", ""),
+            KIND_COLUMNS["stored"]: row.get("stored", ""),
+            KIND_COLUMNS["aggregation"]: row.get("aggregation") or "",
+            KIND_COLUMNS["get_hyper"]: _get_hyper_text(row),
+            KIND_COLUMNS["decayed_lr"]: "" if decayed is None else
+            f"{_exact(decayed)} at iterations {row.get('iterations')}",
+            KIND_COLUMNS["serialized"]: _serialized_text(row),
+            KIND_COLUMNS["set_hyper_now"]: row.get("set_hyper_now") or "",
+        })
+    frame = pd.DataFrame(records, columns=["owner", "name", "kind", *KIND_COLUMNS.values()])
+    if not (frame["owner"] == "inner").any():
+        frame = frame.drop(columns="owner")
+    return frame
+
+
+__all__ = ["KIND_COLUMNS", "as_matrix", "heatmap_row", "hyper_kinds_frame"]

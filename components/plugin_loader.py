@@ -3,8 +3,11 @@
 Call `load_plugins()` at the top of the entry point (and of any page that lists optimizers):
 the first call checks every plugin file in a child process with a time limit
 (`plugins.discover_bounded`: a file that hangs at import is reported "import did not finish in
-10 s: not loaded" and never imported here), imports the files that imported in time, registers
-the classes that passed, and later calls return the same reports.
+10 s: not loaded"), registers the classes that passed from the catalog data the child sent
+(specs, options, `is_rule`), and later calls return the same reports. No plugin file, and so
+no TensorFlow, is imported into the server here: a plugin class is imported only where an
+optimizer object is built (`registry.get`), and the run processes import it themselves
+(`plugins.ensure_registered`).
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ def load_plugins() -> tuple[str, list[plugins.PluginReport]]:
     """
     directory = str(plugins.plugins_dir())
     # run processes started from this server inherit the folder (the --plugins flag is only in
-    # the server's argv) and the files imported here: `plugins.ensure_registered` in the worker
-    # then imports exactly those, never a file that did not import in time
+    # the server's argv) and the files that imported in time in the check process:
+    # `plugins.ensure_registered` in the worker then imports exactly those
     os.environ[plugins.ENV_VAR] = directory
     if plugins.folder_problem(directory):  # not cached: a folder created later is found
         return directory, []

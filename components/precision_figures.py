@@ -37,6 +37,36 @@ def loss_scale_figure(steps: pd.DataFrame, title: str = "") -> go.Figure:
     return fig
 
 
+def live_hyper_figure(trace: pd.DataFrame, changes: pd.DataFrame | None = None,
+                      title: str = "") -> go.Figure:
+    """Two panels over steps: each hyperparameter's value as the inner optimizer read it
+    inside the traced step (one line per `<name> used` column) and the float32 loss; a dotted
+    vertical line before every step that follows a change.
+
+    Args:
+        trace: `teaching.mixed_precision.LiveMixedRun.trace()`: columns `step`, `loss`,
+            `<name> used` (float).
+        changes: `LiveMixedRun.changes` as a table (column `before step`), or None.
+        title: the figure title (escaped).
+    """
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1,
+                        subplot_titles=("hyperparameter value used by the inner optimizer",
+                                        "loss (float32)"))
+    for column in [c for c in trace.columns if c.endswith(" used")]:
+        fig.add_trace(go.Scatter(x=trace["step"], y=trace[column], mode="lines+markers",
+                                 name=plain(column), line={"shape": "hv"}), 1, 1)
+    fig.add_trace(go.Scatter(x=trace["step"], y=trace["loss"], mode="lines", name="loss"), 2, 1)
+    if changes is not None and len(changes):
+        for step in dict.fromkeys(changes["before step"]):
+            fig.add_vline(x=float(step) - 0.5, line_dash="dot", line_color="gray")
+    used = trace[[c for c in trace.columns if c.endswith(" used")]]
+    if len(used.columns) and bool((used.to_numpy() > 0).all()):  # lr and betas differ 1000x
+        fig.update_yaxes(type="log", row=1, col=1)
+    fig.update_xaxes(title_text="step", row=2, col=1)
+    fig.update_layout(title=plain(title), height=440, margin={"t": 60, "b": 40})
+    return fig
+
+
 def policy_difference_figure(runs: dict[str, pd.DataFrame]) -> go.Figure:
     """Loss over steps per policy on the same seed and batches.
 

@@ -1,5 +1,6 @@
 """The Train page's run controls: Pause / Resume / Step / Stop, the speed control and the status
-line of a run.
+line of a run, and the run's learning-rate panel (`learning_rate_panel`: the schedule it uses now,
+in NumPy, beside the effective rate it recorded).
 
 One click, one command: a button whose command is still pending in the store is disabled
 (`pending_kinds`) until the run process has taken it (it then changes the status, e.g. to
@@ -16,7 +17,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from components import session_runs
+from components import figures, session_runs
+from optimizers import schedule_specs
 from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, RunStore
 from settings import fields
 
@@ -170,3 +172,41 @@ def controls(store: RunStore, run: dict[str, Any], commands: pd.DataFrame) -> No
                           on_change=send_speed, args=(store, rid), disabled=not steerable,
                           help="at most this many steps per second (the run sleeps between "
                                "steps); Pause + Step for one step at a time")
+
+
+# ----- the learning rate of a run ---------------------------------------------------------------
+def run_schedule(run: dict[str, Any]) -> tuple[dict[str, Any] | None, float]:
+    """The schedule (None = constant) and `decay` a run uses NOW: from its saved optimizer
+    config (updated after every live change), else from its start config."""
+    saved = run.get("optimizer_config") or {}
+    rate = saved.get("learning_rate")
+    if isinstance(rate, dict):
+        schedule = {"class_name": rate.get("class_name"), "config": rate.get("config", {})}
+    elif "learning_rate" in saved:
+        schedule = None
+    else:
+        schedule = run["config"].get("lr_schedule")
+    return schedule, float(saved.get("decay", run["config"].get("decay", 0.0)) or 0.0)
+
+
+def learning_rate_panel(run: dict[str, Any], scalars: pd.DataFrame) -> None:
+    """The learning rate of a run with a schedule or decay: planned (NumPy, the schedule in use
+    now) and recorded (`_decayed_lr` at each recorded step), regime changes marked."""
+    schedule, decay = run_schedule(run)
+    recorded = scalars[scalars["name"] == schedule_specs.EFFECTIVE_LR] if not scalars.empty \
+        else scalars
+    if schedule is None and not decay and recorded.empty:
+        return
+    total = min(int(run["total_steps"]), max(int(run["step"]) * 2, 1000))
+    rate = float(run["config"].get("hyperparameters", {}).get("learning_rate", 0.01))
+    try:
+        schedule = schedule_specs.validate_schedule("lr_schedule", schedule)
+    except schedule_specs.ScheduleError:
+        schedule = None
+    preview = schedule_specs.preview_points(schedule, total, rate, decay)
+    marks = schedule_specs.schedule_marks(schedule, total)
+    st.markdown(f"**Learning rate** ({schedule['class_name'] if schedule else 'constant'}"
+                f"{f', decay {decay:g}' if decay else ''}; line = the schedule in use now, in "
+                "NumPy; dots = what `_decayed_lr` returned at each recorded step)")
+    st.plotly_chart(figures.learning_rate_figure(preview, recorded, marks, uirevision=run["id"]),
+                    key=f"lr_{run['id']}", width="stretch", config={"displaylogo": False})

@@ -13,7 +13,9 @@ import pandas as pd
 import streamlit as st
 
 from components import figures
+from components import inspect_figures
 from components import rule_view
+from optimizers import schedule_specs
 from runs.store import RunStore
 from components.figures import DISPLAY_POINTS, HEATMAP_STEPS
 
@@ -57,10 +59,14 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
     changes = store.hyper_changes(rid)
     state = st.session_state
     state.setdefault(f"smooth_{rid}", 0.0)
+    marks = schedule_specs.schedule_marks(  # the run's schedule as started (config)
+        schedule_specs.validate_schedule("lr_schedule", run["config"].get("lr_schedule")),
+        int(run["total_steps"]))
     left, right = st.columns(2)
     with left:
         chart(figures.loss_figure(scalars, uirevision=rid, log_y=state.get(f"logy_{rid}", False),
-                                  changes=changes, smoothing=state.get(f"smooth_{rid}", 0.0)),
+                                  changes=changes, smoothing=state.get(f"smooth_{rid}", 0.0),
+                                  schedule_marks=marks),
               f"loss_{rid}")
         box, slider = st.columns([1, 2])
         box.checkbox("log loss axis", key=f"logy_{rid}")
@@ -113,6 +119,58 @@ def slots_tab(store: RunStore, run: dict[str, Any]) -> None:
         rule_view.show(run["config"]["optimizer"], key=f"slots_rule_{rid}", sources=False)
 
 
+# Where a run keeps its `optimizers.hyper_kinds.hyper_kinds_table` rows: its own store column
+# (preferred), or a key inside the recorded optimizer config.
+HYPER_KINDS_COLUMN = "hyper_kinds"
+HYPER_KINDS_CONFIG_KEY = "_hyper_kinds"
+NOT_RECORDED = ("Not recorded for this run: the hyperparameter kinds table is recorded by runs "
+                "started after this version (the run worker writes it with the optimizer "
+                "config, after the first step).")
+
+
+def recorded_hyper_kinds(run: dict[str, Any]) -> list[dict] | None:
+    """The hyperparameter-kinds rows the worker recorded for `run`, or None (older runs).
+
+    Read from `run["hyper_kinds"]`, else from `run["optimizer_config"]["_hyper_kinds"]`; a JSON
+    string is decoded. An empty or malformed value counts as not recorded.
+    """
+    value = run.get(HYPER_KINDS_COLUMN)
+    if not value:
+        value = (run.get("optimizer_config") or {}).get(HYPER_KINDS_CONFIG_KEY)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, list) or not value or not all(isinstance(r, dict) for r in value):
+        return None
+    return value
+
+
+def optimizer_config_shown(run: dict[str, Any]) -> dict[str, Any]:
+    """`get_config()` as recorded, without the kinds table (it is shown as a table)."""
+    config = dict(run.get("optimizer_config") or {})
+    config.pop(HYPER_KINDS_CONFIG_KEY, None)
+    return config
+
+
+def hyper_kinds_section(run: dict[str, Any]) -> None:
+    """The recorded `_set_hyper` / `_get_hyper` / `_serialize_hyperparameter` table, or why not."""
+    rows = recorded_hyper_kinds(run)
+    st.markdown("**Hyperparameter kinds** (what `_set_hyper` stored, what "
+                "`_get_hyper(name, dtype)` returned, what `_serialize_hyperparameter` wrote; "
+                "live calls in the run worker)")
+    if rows is None:
+        st.caption(NOT_RECORDED)
+        return
+    st.table(inspect_figures.hyper_kinds_frame(rows).set_index("name"))  # wraps long cells
+    created = [r for r in rows if r.get("aggregation")]
+    if created:
+        st.caption("`aggregation=`: how each hyperparameter variable is combined across replicas "
+                   "under a distribution strategy; `_create_hypers` makes them "
+                   "`ONLY_FIRST_REPLICA` (every replica holds the same value).")
+
+
 def config_tab(store: RunStore, run: dict[str, Any]) -> None:
     """`get_config()` beside the live `_hyper` variables, the run config and its commands."""
     rid = run["id"]
@@ -120,10 +178,10 @@ def config_tab(store: RunStore, run: dict[str, Any]) -> None:
     with left:
         st.markdown("**Optimizer config** (`get_config()`, hyperparameters via "
                     "`_serialize_hyperparameter`)")
-        st.json(run["optimizer_config"] or {}, expanded=True)
+        st.json(optimizer_config_shown(run), expanded=True)
         st.download_button("Download config JSON", key=f"download_{rid}",
-                           data=json.dumps({"run": run["config"], "optimizer": run["optimizer_config"]},
-                                           indent=2),
+                           data=json.dumps({"run": run["config"],
+                                            "optimizer": optimizer_config_shown(run)}, indent=2),
                            file_name=f"run-{rid}-config.json", mime="application/json")
     with right:
         st.markdown("**Hyperparameter variables** (`_hyper` after `_create_hypers`)")
@@ -140,3 +198,4 @@ def config_tab(store: RunStore, run: dict[str, Any]) -> None:
             st.markdown("**Commands**")
             st.dataframe(commands[["id", "kind", "payload", "status", "message", "step"]],
                          hide_index=True, width="stretch")
+    hyper_kinds_section(run)

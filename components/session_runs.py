@@ -125,6 +125,7 @@ def beat(store: RunStore) -> None:
     """Touch this session's live runs and start queued runs if the pool has room."""
     from runs import control
 
+    control.keep_warm(store)  # idempotent: spares are ready before this session's first Start
     live = store.runs()
     live = live[live["status"].isin(LIVE_STATUSES)]
     mine = set(store.owned_runs(caller().owner))

@@ -14,6 +14,12 @@ step, always recorded): 2,901 for 200,000 steps, 3,701 for the 1,000,000-step ma
 about 900 rows per decade of steps (O(log N)) up to 100,000 steps, then one row per 1,000 steps.
 Histograms are recorded every `HISTOGRAM_FACTOR` (20) strides (`should_histogram`) and at step 1.
 
+A run with a learning-rate schedule or `decay` also records, on every recorded step, the
+EFFECTIVE learning rate the step used (what `_decayed_lr` returned, the schedule at
+`iterations = step - 1` divided by 1 + decay * iterations) as a scalar series named
+`EFFECTIVE_LR` (beside `train_loss`: one value per recorded step, not a change), while the
+schedule's own parameters are `hyper_changes` rows `lr_schedule.<name>` (`hyper_change_rows`).
+
 `train_loss` is written as the MEAN of the per-step losses since the previously recorded step
 (`LossMeter`), so a spike between two recorded steps still moves the curve.
 
@@ -34,12 +40,14 @@ from __future__ import annotations
 
 
 
-from typing import Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import tensorflow as tf
 
 from engine.models import variable_label
-from engine.record_rows import HistogramRow, SlotStatRow
+from engine.record_rows import HistogramRow, HyperChangeRow, SlotStatRow
+
+from optimizers.schedule_specs import EFFECTIVE_LR  # noqa: F401  (the series name, TF-free)
 
 BINS = 32
 HISTOGRAM_FACTOR = 20
@@ -190,3 +198,34 @@ def histogram_rows(step: int, series: Sequence[tuple[str, str]], hists) -> list[
         HistogramRow(step, v, s, float(r[0]), float(r[1]), [int(c) for c in r[2:]])
         for (v, s), r in zip(series, hists)
     ]
+
+
+def schedule_parameter_values(schedule: Mapping[str, Any] | None) -> dict[str, float]:
+    """`lr_schedule.<name>` -> value for each number of a serialized schedule (a list as
+    `lr_schedule.<name>[i]`); bools and None are left out (they are not numbers on a trace)."""
+    out: dict[str, float] = {}
+    config = (schedule or {}).get("config", {})
+    for name, value in config.items():
+        if isinstance(value, bool) or value is None or isinstance(value, str):
+            continue
+        if isinstance(value, (list, tuple)):
+            out.update({f"lr_schedule.{name}[{i}]": float(v) for i, v in enumerate(value)})
+        else:
+            out[f"lr_schedule.{name}"] = float(value)
+    return out
+
+
+def hyper_change_rows(rows: Iterable[Sequence[Any]]) -> list[HyperChangeRow]:
+    """`hyper_changes` rows the store can hold: a row whose value is a serialized schedule
+    (`optimizer.hyper_values()["learning_rate"]` when the rate is a schedule) becomes one row
+    per schedule number (`schedule_parameter_values`), with no old value."""
+    out: list[HyperChangeRow] = []
+    for row in rows:
+        row = HyperChangeRow._make(row)
+        if isinstance(row.new, Mapping) or isinstance(row.old, Mapping):
+            new = schedule_parameter_values(row.new if isinstance(row.new, Mapping) else None)
+            out += [HyperChangeRow(row.step, name, None, value, row.source)
+                    for name, value in new.items()]
+        else:
+            out.append(row)
+    return out

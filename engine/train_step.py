@@ -8,6 +8,12 @@ The train step is ONE `tf.function` with a fixed input signature (int32 batch in
 int32 recording level: 0 nothing, 1 slot statistics, 2 statistics and histograms, each behind a
 `tf.cond`), so it traces exactly once (`Engine.traces` counts traces; live
 hyperparameter changes assign the optimizer's existing `tf.Variable`s and do not retrace).
+
+A config's `lr_schedule` is built as an `optimizers.schedules.LiveSchedule` (its numbers in
+variables) and passed as `learning_rate=`; `decay` sets OptimizerV2's legacy `_initial_decay`.
+`Engine.set_schedule` changes them live: same class and structure = variable assigns, no
+retrace; another class, constant <-> schedule, or a new `decay` (a plain Python attribute the
+trace bakes in) = a new compiled step, one more trace.
 The training and validation sets live on the device as constants; a step gathers its batch.
 """
 
@@ -21,6 +27,8 @@ import tf_keras
 
 from optimizers import registry
 from optimizers.base import shortest_float
+from optimizers.hyperparams import check_decay
+from optimizers.schedules import LiveSchedule
 from engine import recording
 from settings.run_config import RunConfig
 from engine.data import load_dataset
@@ -55,6 +63,14 @@ class BatchOrder:
         return out
 
 
+def _learning_rate_owner(optimizer):
+    """The optimizer whose `_hyper` holds `learning_rate` (a wrapper's inner optimizer)."""
+    if "learning_rate" in getattr(optimizer, "_hyper", {}):
+        return optimizer
+    inner = getattr(optimizer, "inner", None)
+    return inner if inner is not None and "learning_rate" in inner._hyper else optimizer
+
+
 def cross_entropy(labels: tf.Tensor, logits: tf.Tensor) -> tf.Tensor:
     """Mean sparse categorical cross-entropy (nats) of int labels [b] and logits [b, classes]."""
     return tf.reduce_mean(
@@ -84,6 +100,13 @@ class Engine:
             self.optimizer = registry.create(
                 config.optimizer, config.hyperparameters, config.options
             )
+            self.lr_owner = _learning_rate_owner(self.optimizer)
+            self.live_schedule: LiveSchedule | None = None
+            if config.lr_schedule is not None:
+                self.live_schedule = LiveSchedule(config.lr_schedule)
+                self.lr_owner._set_hyper("learning_rate", self.live_schedule.schedule)
+            self.decay = check_decay(config.decay)
+            self.lr_owner._initial_decay = self.decay  # read by `_decayed_lr` at trace time
             self.x_train, self.y_train = tf.constant(data.x_train), tf.constant(data.y_train)
             self.x_val, self.y_val = tf.constant(data.x_val), tf.constant(data.y_val)
             self.variables = list(self.model.trainable_variables)
@@ -93,12 +116,89 @@ class Engine:
         self.series = recording.slot_series(self.variables, self.optimizer)
         self.order = BatchOrder(data.n_train, config.batch_size, config.seed)
         self.traces = 0
-        spec = [tf.TensorSpec([config.batch_size], tf.int32), tf.TensorSpec([], tf.int32)]
-        # Concrete functions: traced once here, called without tf.function's argument binding.
-        self._train = tf.function(
-            self._train_step, input_signature=spec, jit_compile=JIT_COMPILE
-        ).get_concrete_function()
+        self.train_functions: list = []  # every tf.function of the train step, oldest first
+        self._train = self._compile_train()
         self._eval = tf.function(self._eval_step).get_concrete_function()
+
+    def _compile_train(self):
+        """A new `tf.function` of the train step, traced now (concrete: called without
+        tf.function's argument binding). A retrace needs a NEW function: the old one would
+        return its cached trace for the same input signature."""
+        spec = [tf.TensorSpec([self.config.batch_size], tf.int32), tf.TensorSpec([], tf.int32)]
+        function = tf.function(self._train_step, input_signature=spec, jit_compile=JIT_COMPILE)
+        self.train_functions.append(function)
+        return function.get_concrete_function()
+
+    def tracing_count(self) -> int:
+        """Traces of the train step: the sum of `experimental_get_tracing_count()` over its
+        tf.functions (equals `traces`)."""
+        return sum(f.experimental_get_tracing_count() for f in self.train_functions)
+
+    def effective_learning_rate(self) -> float:
+        """What `_decayed_lr` returns now (schedule at `iterations`, then / (1 + decay *
+        iterations)): the learning rate of the NEXT step, a Python float."""
+        with tf.device(self.device):
+            return float(self.lr_owner._decayed_lr(tf.as_dtype(self.config.dtype)))
+
+    def schedule_values(self) -> dict | None:
+        """The running schedule as a plain serialized dict, or None (constant learning rate)."""
+        if self.live_schedule is None:
+            return None
+        return {"class_name": self.live_schedule.class_name,
+                "config": self.live_schedule.values()}
+
+    def set_schedule(self, schedule: dict | None, decay: float, learning_rate: float | None
+                     ) -> tuple[str, dict[str, tuple]]:
+        """Change the learning-rate schedule and/or `decay` between two steps.
+
+        Args:
+            schedule: a validated serialized schedule (`settings`' `lr_schedule`), or None for a
+                constant learning rate.
+            decay: the legacy decay (>= 0).
+            learning_rate: the constant rate when `schedule` is None and the run had a schedule
+                (None: the schedule's current value, so the curve stays continuous).
+
+        Returns:
+            ("assign", {param: (old, new)}) when only numbers of the same schedule changed (no
+            retrace), else ("retrace", {"lr_schedule": (old class, new class), ...}): the train
+            step was recompiled (`traces` + 1).
+
+        Raises:
+            InvalidHyperparameter: the schedule is refused (nothing is changed).
+        """
+        decay = check_decay(decay)
+        old_class = self.live_schedule.class_name if self.live_schedule else "constant"
+        if decay == self.decay:
+            if schedule is None and self.live_schedule is None:
+                return "assign", {}  # nothing to change
+            if (schedule is not None and self.live_schedule is not None
+                    and self.live_schedule.same_structure(schedule)):
+                return "assign", self.live_schedule.assign(schedule)
+        changes: dict[str, tuple] = {}
+        if schedule is None and self.live_schedule is None:  # a new decay only
+            changes["decay"] = (self.decay, decay)
+            self.decay = self.lr_owner._initial_decay = decay
+            self._train = self._compile_train()
+            return "retrace", changes
+        with tf.device(self.device):
+            if schedule is not None:
+                live = LiveSchedule(schedule)  # refused before anything changes
+                value = live.schedule
+            else:
+                live = None
+                now = self.effective_learning_rate() * (1.0 + self.decay * float(
+                    self.lr_owner.iterations.numpy()))  # the schedule's value, decay undone
+                rate = now if learning_rate is None else float(learning_rate)
+                value = tf.Variable(rate, dtype=tf.float32, trainable=False,
+                                    name="learning_rate")
+            self.lr_owner._set_hyper("learning_rate", value)  # a new object: a retrace
+        changes["lr_schedule"] = (old_class, schedule["class_name"] if schedule else "constant")
+        if decay != self.decay:
+            changes["decay"] = (self.decay, decay)
+        self.live_schedule, self.decay = live, decay
+        self.lr_owner._initial_decay = decay
+        self._train = self._compile_train()
+        return "retrace", changes
 
     def _train_step(self, indices, level):
         self.traces += 1  # Python side effect: runs once per trace only
@@ -155,12 +255,18 @@ class Engine:
         return float(loss), float(accuracy)
 
     def hyper_variables(self) -> list[dict]:
-        """`{name, variable, dtype, shape, value}` for every `_hyper` entry that is a variable."""
+        """`{name, variable, dtype, shape, value}` for every `_hyper` entry that is a variable,
+        and every variable of the live schedule (`lr_schedule.<name>`, lists `[i]`)."""
         out = []
         hypers = dict(self.optimizer._hyper)
         inner = getattr(self.optimizer, "inner", None)  # a wrapper's inner optimizer (Lookahead)
         if isinstance(inner, tf_keras.optimizers.legacy.Optimizer):
             hypers.update({k: v for k, v in inner._hyper.items() if k not in hypers})
+        if self.live_schedule is not None:  # the schedule's numbers are variables too
+            for name, var in self.live_schedule.variables.items():
+                for index, one in enumerate(var if isinstance(var, list) else [var]):
+                    hypers[f"lr_schedule.{name}" + (f"[{index}]" if isinstance(var, list)
+                                                     else "")] = one
         for name, var in hypers.items():
             if isinstance(var, tf.Variable):
                 out.append({

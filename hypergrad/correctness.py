@@ -4,7 +4,9 @@
 optimizer's pure rule while carrying forward-mode tangents (`ForwardModeTrainer`), then
 computes the same hyper-gradients dE(w_T)/dlambda by reverse mode over the whole trajectory
 (`reverse_hypergradient`, no truncation) and by central finite differences
-(`central_difference`), for every hyperparameter of the optimizer.
+(`central_difference`), for every hyperparameter of the optimizer and, when the run's learning
+rate is a schedule (`lr_schedule`, with the legacy `decay`), for every float parameter of the
+schedule (`lr_schedule.<param>` rows; `learning_rate` is then the schedule, not a number).
 
 Why tanh and float64: forward and reverse mode compute the same derivative (Franceschi et al.
 2017, sec. 3) and agree to round-off; finite differences only approximate the derivative when
@@ -14,8 +16,9 @@ piecewise in lambda and the difference quotient measures the jumps, not the slop
 activation removes the kinks; float64 keeps the quotient's round-off (~1e-16 / h) small.
 
 CLI (used by the Hyper-gradients page as a subprocess, so the page does no TensorFlow maths):
-`python -m hypergrad.correctness --optimizer adam [--hypers JSON] [--options JSON] [--steps N]`
-prints a JSON object `{"rows": [...], "passed": bool, "tolerances": {...}}`.
+`python -m hypergrad.correctness --optimizer adam [--hypers JSON] [--options JSON] [--steps N]
+[--lr-schedule JSON] [--decay D]` prints a JSON object `{"rows": [...], "passed": bool,
+"tolerances": {...}, "learning_rate": "<how the learning rate is made>", "labels": {...}}`.
 """
 
 from __future__ import annotations
@@ -39,11 +42,14 @@ COLUMNS = ("hyperparameter", "forward", "reverse", "finite_difference",
 
 
 def _problem(optimizer: str, hypers: Mapping[str, float], options: Mapping[str, Any],
-             steps: int, dtype: str, seed: int):
+             steps: int, dtype: str, seed: int, lr_schedule: Mapping[str, Any] | None = None,
+             decay: float = 0.0):
     import tensorflow as tf
     import tf_keras
 
     from optimizers import registry
+    from optimizers.hyperparams import check_decay
+    from optimizers.schedules import schedule_from_config
 
     tf_keras.backend.set_floatx(dtype)
     try:
@@ -58,6 +64,10 @@ def _problem(optimizer: str, hypers: Mapping[str, float], options: Mapping[str, 
             tf_keras.layers.Dense(3),
         ])
         opt = registry.create(optimizer, dict(hypers), dict(options))
+        if lr_schedule is not None:
+            # As the run does (engine.train_step): the schedule replaces learning_rate's value.
+            opt._set_hyper("learning_rate", schedule_from_config("lr_schedule", lr_schedule))
+        opt._initial_decay = check_decay(decay)  # what OptimizerV2.__init__ does with decay=
         opt._create_all_weights(model.trainable_variables)
     finally:
         tf_keras.backend.set_floatx("float32")
@@ -67,23 +77,30 @@ def _problem(optimizer: str, hypers: Mapping[str, float], options: Mapping[str, 
 
 def check(optimizer: str, hypers: Mapping[str, float] | None = None,
           options: Mapping[str, Any] | None = None, steps: int = 30, dtype: str = "float64",
-          seed: int = 0) -> pd.DataFrame:
-    """Forward, reverse and finite-difference hyper-gradients of every hyperparameter.
+          seed: int = 0, lr_schedule: Mapping[str, Any] | None = None,
+          decay: float = 0.0) -> pd.DataFrame:
+    """Forward, reverse and finite-difference hyper-gradients of every parameter.
 
     Args:
         optimizer: a registry name; `hypers` / `options` as in `RunConfig` (missing hypers take
             the spec defaults).
+        lr_schedule: a Keras serialized schedule (`RunConfig.lr_schedule`) or None; its float
+            parameters get rows named `lr_schedule.<param>`.
+        decay: the legacy decay, lr / (1 + decay * iterations), a float >= 0.
         steps: training steps of the trajectory (T), each on a batch of 24 of 120 examples.
         dtype: "float64" (the check) or "float32" (to see round-off take over).
 
     Returns:
-        One row per hyperparameter with the columns of `COLUMNS`; `passed` is True when
+        One row per parameter (`ParameterPlan.names` order) with the columns of `COLUMNS`;
+        `frame.attrs["learning_rate"]` says how the learning rate is made and
+        `frame.attrs["labels"]` maps each name to its label; `passed` is True when
         rel_err_forward_reverse <= FORWARD_REVERSE_TOLERANCE and rel_err_forward_fd <=
         FORWARD_FD_TOLERANCE.
     """
     import tensorflow as tf
 
     from hypergrad.forward import ForwardModeTrainer
+    from hypergrad.parameters import describe_schedule
     from hypergrad.reverse import (
         central_difference,
         read_state,
@@ -92,24 +109,34 @@ def check(optimizer: str, hypers: Mapping[str, float] | None = None,
     )
 
     model, opt, (xt, yt, xv, yv), batches = _problem(
-        optimizer, hypers or {}, options or {}, steps, dtype, seed)
-    followed = [s.name for s in opt.hyperparameter_specs()]
+        optimizer, hypers or {}, options or {}, steps, dtype, seed, lr_schedule, decay)
     start = read_state(model, opt)
-    trainer = ForwardModeTrainer(model, opt, followed, xt, yt, xv, yv)
+    trainer = ForwardModeTrainer(model, opt, _every_parameter(model, opt), xt, yt, xv, yv)
+    plan, followed = trainer.plan, trainer.followed
     for index in batches:
         trainer.step(index)
     _, forward, _ = trainer.hypergradients()
     window = [(tf.gather(xt, i), tf.gather(yt, i)) for i in batches]
-    reverse = reverse_hypergradient(model, opt, start, window, followed, xv, yv)
+    reverse = reverse_hypergradient(model, opt, start, window, followed, xv, yv, plan=plan)
     finite = central_difference(model, opt, start, window, followed, xv, yv,
-                                relative_step=FD_RELATIVE_STEP)
+                                relative_step=FD_RELATIVE_STEP, plan=plan)
     rows = []
     for name in followed:
         err_r = relative_error(forward[name], reverse[name])
         err_fd = relative_error(forward[name], finite[name])
         rows.append((name, forward[name], reverse[name], finite[name], err_r, err_fd,
                      bool(err_r <= FORWARD_REVERSE_TOLERANCE and err_fd <= FORWARD_FD_TOLERANCE)))
-    return pd.DataFrame(rows, columns=list(COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    frame.attrs["learning_rate"] = describe_schedule(plan.schedule, plan.decay)
+    frame.attrs["labels"] = {name: plan.label(name) for name in followed}
+    return frame
+
+
+def _every_parameter(model, opt) -> list[str]:
+    """Every differentiable parameter of `opt` (hyperparameters, schedule parameters)."""
+    from hypergrad.parameters import ParameterPlan
+
+    return ParameterPlan(opt, model.trainable_variables[0].dtype).names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,13 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--options", default="{}", help="JSON object of optimizer options")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
+    parser.add_argument("--lr-schedule", default="null",
+                        help="JSON serialized schedule {class_name, config} or null")
+    parser.add_argument("--decay", type=float, default=0.0, help="legacy decay, >= 0")
     args = parser.parse_args(argv)
     from optimizers import plugins
 
     plugins.ensure_registered(args.optimizer)
     try:
         frame = check(args.optimizer, json.loads(args.hypers), json.loads(args.options),
-                      steps=args.steps, dtype=args.dtype)
+                      steps=args.steps, dtype=args.dtype,
+                      lr_schedule=json.loads(args.lr_schedule), decay=args.decay)
     except Exception as error:  # noqa: BLE001 - reported as JSON for the page
         print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
         return 1
@@ -135,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "tolerances": {"forward_reverse": FORWARD_REVERSE_TOLERANCE,
                        "forward_fd": FORWARD_FD_TOLERANCE},
         "steps": args.steps, "dtype": args.dtype, "optimizer": args.optimizer,
+        "learning_rate": frame.attrs["learning_rate"], "labels": frame.attrs["labels"],
     }))
     return 0
 

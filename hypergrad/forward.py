@@ -21,6 +21,7 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers.base import RuleOptimizer
+from hypergrad.parameters import ParameterPlan
 from hypergrad.reverse import apply_rule, flat_dot, pure_step_with_grads, validation_gradient
 
 
@@ -30,7 +31,10 @@ class ForwardModeTrainer:
     Args:
         model: built tf_keras model of layers supported by `hypergrad.functional`.
         opt: a `RuleOptimizer` (its slots are created here if missing).
-        followed: names among `opt.hyperparameter_specs()`, k >= 1 of them.
+        followed: k >= 1 parameter names: hyperparameters of `opt.hyperparameter_specs()` and,
+            when the learning rate is a schedule, `lr_schedule.<param>` names
+            (`hypergrad.parameters`; the schedule is evaluated at every step from parameters
+            whose tangent is e_j, so d lr_t / d param flows into the tangents).
         x_train, y_train: the training set as tensors (batches are gathered by index).
         x_val, y_val: the validation set (E is its mean cross-entropy, nats).
         jit_compile: compile the step with XLA. Measured here (MLP 64-256-256-10, Adam, k = 1):
@@ -40,7 +44,7 @@ class ForwardModeTrainer:
     (`tangent_bytes`).
 
     Raises:
-        KeyError: a followed name that the optimizer does not register.
+        KeyError: a followed name that is not a parameter (`ParameterPlan.check`).
     """
 
     def __init__(
@@ -54,8 +58,9 @@ class ForwardModeTrainer:
         y_val: tf.Tensor,
         jit_compile: bool = True,
     ):
+        self.plan = ParameterPlan(opt, model.trainable_variables[0].dtype)
         for name in followed:
-            opt.spec(name)
+            self.plan.check(name)
         if not followed:
             raise ValueError("followed refused: follow at least one hyperparameter")
         self.model, self.opt, self.followed = model, opt, list(followed)
@@ -88,7 +93,9 @@ class ForwardModeTrainer:
         x = tf.gather(self.x_train, batch_index)
         y = tf.gather(self.y_train, batch_index)
         t = tf.cast(self.opt.iterations + 1, dtype)
-        base_hypers = self.opt.hyper_tensors(dtype)
+        # Parameter values read at every call (a `_set_hyper` or auto-tune assignment is seen
+        # without retracing); the learning rate of step t is made from them (schedule, decay).
+        base_values = self.plan.live_values()
         weights = [tf.identity(v) for v in self.variables]
         slots = [{n: tf.identity(s) for n, s in d.items()} for d in self.slot_vars]
         zero = tf.UnconnectedGradients.ZERO
@@ -97,9 +104,9 @@ class ForwardModeTrainer:
             # One accumulator per hyperparameter: tangents (Z_{t-1}[j], e_j). The primal ops
             # are identical in every pass, so Grappler's common-subexpression elimination
             # computes them once per compiled step.
-            hypers = dict(base_hypers)
-            hypers[name] = tf.identity(base_hypers[name])
-            primals = (weights, slots, hypers[name])
+            values = dict(base_values)
+            values[name] = tf.identity(base_values[name])
+            primals = (weights, slots, values[name])
             tangents = (
                 [z[j] for z in self.z_weights],
                 [{n: z[j] for n, z in d.items()} for d in self.z_slots],
@@ -107,7 +114,7 @@ class ForwardModeTrainer:
             )
             with tf.autodiff.ForwardAccumulator(primals, tangents) as acc:
                 loss, grads, new_weights, new_slots = pure_step_with_grads(
-                    self.model, self.opt, weights, slots, hypers, t, x, y
+                    self.model, self.opt, weights, slots, self.plan.hypers_at(values, t), t, x, y
                 )
             for i, new_w in enumerate(new_weights):
                 assigns.append(self.z_weights[i][j].assign(acc.jvp(new_w, unconnected_gradients=zero)))
@@ -115,11 +122,12 @@ class ForwardModeTrainer:
                     assigns.append(self.z_slots[i][n][j].assign(acc.jvp(new_s, unconnected_gradients=zero)))
             # One-step tangent B_t (Baydin et al. 2018): the state and the gradient held fixed,
             # only the rule's dependence on lambda_j; element-wise, no Hessian-vector product.
-            hyper = tf.identity(base_hypers[name])
+            hyper = tf.identity(base_values[name])
             with tf.autodiff.ForwardAccumulator(hyper, tf.ones((), dtype)) as one_step_acc:
-                one_step_hypers = dict(base_hypers)
-                one_step_hypers[name] = hyper
-                stepped, _ = apply_rule(self.opt, grads, weights, slots, one_step_hypers, t)
+                one_step_values = dict(base_values)
+                one_step_values[name] = hyper
+                stepped, _ = apply_rule(self.opt, grads, weights, slots,
+                                        self.plan.hypers_at(one_step_values, t), t)
             for i, new_w in enumerate(stepped):
                 tangent = one_step_acc.jvp(new_w, unconnected_gradients=zero)
                 assigns.append(self.one_step_weights[i][j].assign(tangent))

@@ -21,6 +21,11 @@ the hyper-gradient of the validation loss E(w_T) is dE/dlambda = grad_w E(w_T) .
 * RTHO (real-time hyperparameter optimisation, sec. 4): every K steps lambda <- lambda - eta *
   dE/dlambda, projected onto the hyperparameter's allowed range (see `hypergrad/rtho.py`).
 
+The parameters lambda are the optimizer's hyperparameters and, when the learning rate is a
+schedule, the schedule's float parameters `lr_schedule.<param>` (`hypergrad.parameters`): the
+hyperparameters of step t are `ParameterPlan.hypers_at(values, t)`, so every mode here sees the
+learning rate of each step (schedule and legacy decay) as training does.
+
 The hyper-gradient step uses dense updates (an `IndexedSlices` gradient is densified), i.e. the
 dense semantics of `RuleOptimizer._resource_apply_dense`.
 """
@@ -36,6 +41,7 @@ import tf_keras
 
 from optimizers.base import RuleOptimizer
 from hypergrad.functional import cross_entropy
+from hypergrad.parameters import ParameterPlan
 
 
 @dataclass
@@ -68,8 +74,9 @@ def read_state(model: tf_keras.Model, opt: RuleOptimizer) -> State:
 
 
 def hyper_constants(opt: RuleOptimizer, dtype: tf.DType) -> dict[str, tf.Tensor]:
-    """Every hyperparameter's current value (`_get_hyper(name, dtype)`) as a constant, i.e. the
-    very value training uses (a float32 hyperparameter variable cast to a float64 model)."""
+    """Every hyperparameter as the update at the current step sees it (`hyper_tensors`: the
+    learning rate decayed / scheduled at `iterations`) as a constant. The hyper-gradient modes
+    use `ParameterPlan.constant_values` instead (the learning rate made anew at every step)."""
     return {n: tf.constant(v.numpy(), dtype) for n, v in opt.hyper_tensors(dtype).items()}
 
 
@@ -152,6 +159,7 @@ def reverse_hypergradient(
     x_val: tf.Tensor,
     y_val: tf.Tensor,
     hypers: Mapping[str, tf.Tensor] | None = None,
+    plan: ParameterPlan | None = None,
 ) -> dict[str, float]:
     """Reverse-mode hyper-gradient over the window of `len(batches)` steps after `start`.
 
@@ -161,21 +169,30 @@ def reverse_hypergradient(
     Args:
         start: the state at the beginning of the window.
         batches: T mini-batches (x [batch, ...], y [batch]) in training order.
-        followed: hyperparameter names to differentiate.
-        hypers: hyperparameter tensors (default: `hyper_constants(opt, dtype of weights)`).
+        followed: parameter names to differentiate (hyperparameters, `lr_schedule.<param>`).
+        hypers: parameter values, name -> scalar tensor of the weights' dtype (default: the
+            current ones, `ParameterPlan.constant_values`).
+        plan: the `ParameterPlan` of `opt` (default: a new one).
 
     Returns:
         name -> dE(w_{start.step + T})/dlambda as Python floats.
+
+    Raises:
+        KeyError: a followed name that is not a parameter (`ParameterPlan.check`).
     """
     dtype = start.weights[0].dtype
-    hypers = dict(hypers or hyper_constants(opt, dtype))
-    watched = [hypers[n] for n in followed]
+    plan = plan or ParameterPlan(opt, dtype)
+    for name in followed:
+        plan.check(name)
+    values = dict(hypers or plan.constant_values())
+    watched = [values[n] for n in followed]
     with tf.GradientTape() as tape:
         tape.watch(watched)
         weights, slots = list(start.weights), [dict(s) for s in start.slots]
         for offset, (x, y) in enumerate(batches):
             t = tf.constant(start.step + offset + 1, dtype)
-            _, weights, slots = pure_step(model, opt, weights, slots, hypers, t, x, y)
+            _, weights, slots = pure_step(model, opt, weights, slots, plan.hypers_at(values, t),
+                                          t, x, y)
         loss = cross_entropy(model, weights, x_val, y_val)
     grads = tape.gradient(loss, watched, unconnected_gradients=tf.UnconnectedGradients.ZERO)
     return {n: float(g.numpy()) for n, g in zip(followed, grads)}
@@ -189,14 +206,18 @@ def validation_loss_after(
     hypers: Mapping[str, tf.Tensor],
     x_val: tf.Tensor,
     y_val: tf.Tensor,
+    plan: ParameterPlan | None = None,
 ) -> float:
-    """E(w) after running `batches` from `start` with `hypers` (for finite differences and
-    response slices). Pure: no variable changes."""
+    """E(w) after running `batches` from `start` with parameter values `hypers` (name -> scalar
+    tensor, all of `plan.names`; for finite differences and response slices). Pure: no
+    variable changes."""
     dtype = start.weights[0].dtype
+    plan = plan or ParameterPlan(opt, dtype)
     weights, slots = list(start.weights), [dict(s) for s in start.slots]
     for offset, (x, y) in enumerate(batches):
         t = tf.constant(start.step + offset + 1, dtype)
-        _, weights, slots = pure_step(model, opt, weights, slots, hypers, t, x, y)
+        _, weights, slots = pure_step(model, opt, weights, slots, plan.hypers_at(hypers, t),
+                                      t, x, y)
     return float(cross_entropy(model, weights, x_val, y_val).numpy())
 
 
@@ -209,12 +230,15 @@ def central_difference(
     x_val: tf.Tensor,
     y_val: tf.Tensor,
     relative_step: float = 1e-5,
+    plan: ParameterPlan | None = None,
 ) -> dict[str, float]:
     """Central finite differences (E(lambda + h) - E(lambda - h)) / 2h with h = relative_step *
-    max(|lambda|, 1e-3). Reliable only for smooth runs (tanh, float64): with ReLU units switching
-    on and off the loss is piecewise and the quotient can be dominated by the kinks."""
+    max(|lambda|, 1e-3), for hyperparameters and `lr_schedule.<param>` names alike. Reliable
+    only for smooth runs (tanh, float64): with ReLU units switching on and off the loss is
+    piecewise and the quotient can be dominated by the kinks."""
     dtype = start.weights[0].dtype
-    base = hyper_constants(opt, dtype)
+    plan = plan or ParameterPlan(opt, dtype)
+    base = plan.constant_values()
     out = {}
     for name in followed:
         value = float(base[name].numpy())
@@ -223,7 +247,8 @@ def central_difference(
         for sign in (1.0, -1.0):
             hypers = dict(base)
             hypers[name] = tf.constant(value + sign * h, dtype)
-            losses.append(validation_loss_after(model, opt, start, batches, hypers, x_val, y_val))
+            losses.append(validation_loss_after(model, opt, start, batches, hypers, x_val, y_val,
+                                                plan))
         out[name] = (losses[0] - losses[1]) / (2 * h)
     return out
 

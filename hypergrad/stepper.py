@@ -19,6 +19,10 @@ object adds what the run records about hyper-gradients:
   with the reverse-mode hyper-gradient of that same function at the centre (the tangent line).
 * `costs()`: the cost meter (plain compiled step vs hyper step, tangent and window bytes).
 
+Followed names may be `lr_schedule.<param>` (a float parameter of the run's learning-rate
+schedule, `hypergrad.parameters`): recorded, auto-tuned (the schedule's variable is assigned)
+and sliced like any hyperparameter.
+
 The reverse window uses the hyperparameters in effect when it is evaluated: if they changed
 inside the window (auto-tune, user) the value is that of a constant-lambda window.
 """
@@ -39,8 +43,8 @@ from engine import recording
 from engine.record_rows import HyperChangeRow, HypergradientRow, ResponseSliceRow
 from hypergrad.rtho import project, rtho_step
 from hypergrad.forward import ForwardModeTrainer
+from hypergrad.parameters import ParameterPlan
 from hypergrad.reverse import (
-    hyper_constants,
     read_state,
     reverse_hypergradient,
     validation_loss_after,
@@ -110,6 +114,20 @@ class HyperStepper:
         self.steps_taken = 0
         self.last_exact: dict[str, float] = {}
         self.last_exact_step = -1
+
+    @property
+    def plan(self) -> ParameterPlan:
+        """The run's parameters (hyperparameters and `lr_schedule.<param>` names)."""
+        return self.trainer.plan
+
+    def value_of(self, name: str) -> float:
+        """The current value of parameter `name` as a readable float (the shortest decimal of a
+        float32 variable: 0.01, not 0.009999999776482582)."""
+        if name in self.plan.hyper_names:
+            return self.opt.hyper_values()[name]
+        var = self.plan.schedule_variables[name]
+        value = var.numpy()
+        return float(str(np.float32(value))) if var.dtype == tf.float32 else float(value)
 
     @property
     def traces(self) -> int:
@@ -198,25 +216,26 @@ class HyperStepper:
                    for _, i in self.window]
         with tf.device(engine.device):
             return reverse_hypergradient(self.model, self.opt, start, batches, self.followed,
-                                         engine.x_val, engine.y_val)
+                                         engine.x_val, engine.y_val, plan=self.plan)
 
     def autotune(self, step: int) -> list[HyperChangeRow]:
-        """One RTHO update of every auto-tuned name (through `_set_hyper` only); returns the
-        `hyper_changes` rows (at `step + 1`, source `auto-tune`) of the values that moved
-        (they take effect at the next step)."""
+        """One RTHO update of every auto-tuned name (a hyperparameter through `_set_hyper` only,
+        a schedule parameter by assigning the schedule's variable: `ParameterPlan.set_value`);
+        returns the `hyper_changes` rows (at `step + 1`, source `auto-tune`) of the values that
+        moved (they take effect at the next step)."""
         if not self.autotune_etas:
             return []
         if self.last_exact_step != step:
             self.hypergradient_rows(step)
         rows = []
         for name, eta in self.autotune_etas.items():
-            spec = self.opt.spec(name)
-            old = self.opt.hyper_values()[name]
+            spec = self.plan.spec(name)
+            old = self.value_of(name)
             new = rtho_step(spec, old, self.last_exact[name], eta)
             if new == old:
                 continue
-            self.opt._set_hyper(name, new)
-            value = self.opt.hyper_values()[name]
+            self.plan.set_value(name, new)
+            value = self.value_of(name)
             if value != old:
                 rows.append(HyperChangeRow(step + 1, name, old, value, "auto-tune"))
         return rows
@@ -249,10 +268,10 @@ class HyperStepper:
         the reverse-mode dE/dlambda of that same function at the current value (centre row).
 
         Raises:
-            KeyError: `name` is not a hyperparameter of the optimizer.
+            KeyError: `name` is not a parameter (hyperparameter or `lr_schedule.<param>`).
             ValueError: `horizon` or `points` out of range.
         """
-        spec = self.opt.spec(name)
+        spec = self.plan.spec(name)
         horizon, points = int(horizon), int(points)
         if not 1 <= horizon <= MAX_SLICE_HORIZON:
             raise ValueError(f"horizon={horizon} refused: must be an int in 1..{MAX_SLICE_HORIZON}")
@@ -264,7 +283,7 @@ class HyperStepper:
         batches = [(tf.gather(engine.x_train, i), tf.gather(engine.y_train, i)) for i in indices]
         start = read_state(self.model, self.opt)
         dtype = start.weights[0].dtype
-        base = hyper_constants(self.opt, dtype)
+        base = self.plan.constant_values()
         center = float(base[name].numpy())
         rows = []
         with tf.device(engine.device):
@@ -272,9 +291,9 @@ class HyperStepper:
                 hypers = dict(base)
                 hypers[name] = tf.constant(value, dtype)
                 loss = validation_loss_after(self.model, self.opt, start, batches, hypers,
-                                             engine.x_val, engine.y_val)
+                                             engine.x_val, engine.y_val, plan=self.plan)
                 rows.append(ResponseSliceRow(request_id, step, name, value, loss, None,
                                              int(value == center)))
             grad = reverse_hypergradient(self.model, self.opt, start, batches, [name],
-                                         engine.x_val, engine.y_val)[name]
+                                         engine.x_val, engine.y_val, plan=self.plan)[name]
         return [row._replace(hypergradient=grad) if row.center else row for row in rows]

@@ -23,8 +23,13 @@ exported run zip. The run's exit status is 0 when it finished, 1 otherwise.
 
 Plugins: `--optimizer NAME` for a name that is not built in loads the plugins folder first
 (`--plugins DIR`, `$OPTIMIZER_LAB_PLUGINS`, default `./plugins`; each file imported in a
-time-limited child process and contract-checked, as the app does), so
-`train --optimizer lion` trains the example plugin.
+time-limited child process and contract-checked, as the app does, and registered from the
+child's description without being imported here), so `train --optimizer lion` trains the
+example plugin.
+
+No TensorFlow for parsing: the flags, their ranges and every refusal come from the optimizer
+catalog (`optimizers.catalog` through `optimizers.registry`); TensorFlow runs in the run
+process only (tests/test_tf_free_server.py).
 
 Same config and seed give the same curve: the run's weights, split and batch order are seeded
 from `RunConfig.seed` alone.

@@ -10,6 +10,7 @@ import tf_keras
 from optimizers.adam import Adam
 from optimizers.base import RuleOptimizer
 from optimizers.wrapping import Wrapper, resolver
+from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 # `get_config` keys of OptimizerV2 itself; every other key but the options is an inner hyperparameter.
 _BASE_CONFIG_KEYS = ("name", "clipnorm", "clipvalue", "global_clipnorm", "decay")
@@ -79,7 +80,7 @@ class GradientAccumulation(Wrapper, RuleOptimizer):
     PASSES_INNER_OPTIONS = True  # the registry accepts the inner rule's options beside ours
     INNER_BASE = RuleOptimizer
     DEFAULT_INNER = Adam
-    OPTIONS = ("inner", "accumulation_steps")
+    OPTIONS = catalog.option_names("accumulation")
     SLOTS = AccumulationSlots
 
     def __init__(self, inner=None, accumulation_steps=2, name="GradientAccumulation", **kwargs):

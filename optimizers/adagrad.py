@@ -11,6 +11,7 @@ import tf_keras
 from optimizers.base import RuleOptimizer
 from optimizers.hyperparams import EPSILON, LEARNING_RATE
 from optimizers.rules import keras_epsilon, safe_sqrt
+from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 
 
@@ -45,9 +46,21 @@ def adagrad_update(
     Returns:
         (new_var, {"accumulator"}), same shapes and dtype as `var`.
     """
+    step, new_slots = adagrad_decrement(grad, slots, coeffs)
+    return var - step, new_slots
+
+
+def adagrad_decrement(
+    grad: tf.Tensor, slots: Mapping[str, tf.Tensor], coeffs: Mapping[str, tf.Tensor]
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """`adagrad_update` without the variable: (step, new_slots), new_var = var - step.
+
+    `step = lr_t * grad / (sqrt(accumulator) + epsilon)`, shaped like `grad`; the variable is
+    not needed to compute it, which lets the OptimizerV2 adapter subtract it in place.
+    """
     accumulator = slots["accumulator"] + tf.square(grad)
     step = coeffs["lr_t"] * grad / (safe_sqrt(accumulator) + coeffs["epsilon"])
-    return var - step, {"accumulator": accumulator}
+    return step, {"accumulator": accumulator}
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
@@ -91,8 +104,8 @@ class Adagrad(RuleOptimizer):
         ValueError: `initial_accumulator_value` negative, NaN or not a number.
     """
 
-    HYPERPARAMETERS = (LEARNING_RATE, EPSILON)
-    OPTIONS = ("initial_accumulator_value",)
+    HYPERPARAMETERS = catalog.own_specs("adagrad")  # the one declaration: optimizers.catalog
+    OPTIONS = catalog.option_names("adagrad")
     SLOTS = AdagradSlots
 
     def __init__(
@@ -127,3 +140,7 @@ class Adagrad(RuleOptimizer):
 
     def update(self, grad, var, slots, coeffs):
         return adagrad_update(grad, var, slots, coeffs)
+
+    def update_decrement(self, grad, slots, coeffs):
+        """`update` as (delta, new_slots) with new_var = var - delta (the in-place apply path)."""
+        return adagrad_decrement(grad, slots, coeffs)

@@ -10,6 +10,7 @@ import tf_keras
 from optimizers.base import RuleOptimizer
 from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE
 from optimizers.rules import keras_epsilon, safe_sqrt
+from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 
 
@@ -32,19 +33,27 @@ def adam_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[
         step: scalar float tensor t >= 1 (same dtype).
 
     Returns:
-        dict with `lr_t`, `beta_1`, `beta_2`, `epsilon` (scalars of the same dtype).
+        dict with `lr_t`, `beta_1`, `beta_2`, `epsilon`, and `one_minus_beta_1`,
+        `one_minus_beta_2` (1 - beta, computed here once per step rather than per variable by
+        `adam_moments`), all scalars of the same dtype.
     """
     beta_1, beta_2 = hypers["beta_1"], hypers["beta_2"]
     lr_t = hypers["learning_rate"] * safe_sqrt(1 - beta_2**step) / (1 - beta_1**step)
-    return {"lr_t": lr_t, "beta_1": beta_1, "beta_2": beta_2, "epsilon": hypers["epsilon"]}
+    return {"lr_t": lr_t, "beta_1": beta_1, "beta_2": beta_2, "epsilon": hypers["epsilon"],
+            "one_minus_beta_1": 1 - beta_1, "one_minus_beta_2": 1 - beta_2}
 
 
 def adam_moments(
     grad: tf.Tensor, m: tf.Tensor, v: tf.Tensor, coeffs: Mapping[str, tf.Tensor]
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """The moment estimates `m_t = b1 m + (1 - b1) g`, `v_t = b2 v + (1 - b2) g**2`."""
+    """The moment estimates `m_t = b1 m + (1 - b1) g`, `v_t = b2 v + (1 - b2) g**2`.
+
+    `coeffs` from `adam_coefficients` (it holds `one_minus_beta_1/2`, so the per-variable work
+    is element-wise only).
+    """
     beta_1, beta_2 = coeffs["beta_1"], coeffs["beta_2"]
-    return beta_1 * m + (1 - beta_1) * grad, beta_2 * v + (1 - beta_2) * tf.square(grad)
+    return (beta_1 * m + coeffs["one_minus_beta_1"] * grad,
+            beta_2 * v + coeffs["one_minus_beta_2"] * tf.square(grad))
 
 
 def adam_update(
@@ -70,13 +79,28 @@ def adam_update(
     Returns:
         (new_var, {"m", "v"[, "vhat"]}), same shapes and dtype as `var`.
     """
+    step, new_slots = adam_decrement(grad, slots, coeffs, amsgrad)
+    return var - step, new_slots
+
+
+def adam_decrement(
+    grad: tf.Tensor,
+    slots: Mapping[str, tf.Tensor],
+    coeffs: Mapping[str, tf.Tensor],
+    amsgrad: bool = False,
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """`adam_update` without the variable: (step, new_slots), new_var = var - step.
+
+    `step = lr_t * m / (sqrt(v or vhat) + epsilon)`, shaped like `grad`; the variable is not
+    needed to compute it, which lets the OptimizerV2 adapter subtract it in place.
+    """
     m, v = adam_moments(grad, slots["m"], slots["v"], coeffs)
     new_slots = {"m": m, "v": v}
     denominator_source = v
     if amsgrad:
         new_slots["vhat"] = denominator_source = tf.maximum(slots["vhat"], v)
     step = coeffs["lr_t"] * m / (safe_sqrt(denominator_source) + coeffs["epsilon"])
-    return var - step, new_slots
+    return step, new_slots
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
@@ -126,13 +150,8 @@ class Adam(RuleOptimizer):
             learning_rate or epsilon, non-scalar tensor), or a negative `decay`.
     """
 
-    HYPERPARAMETERS = (
-        LEARNING_RATE,
-        BETA_1,
-        BETA_2,
-        EPSILON,
-    )
-    OPTIONS = ("amsgrad",)
+    HYPERPARAMETERS = catalog.own_specs("adam")  # the one declaration: optimizers.catalog
+    OPTIONS = catalog.option_names("adam")
     SLOTS = AdamSlots
     OPTIONAL_SLOTS = {"vhat": "amsgrad"}
 
@@ -158,3 +177,8 @@ class Adam(RuleOptimizer):
 
     def update(self, grad, var, slots, coeffs):
         return adam_update(grad, var, slots, coeffs, amsgrad=self.amsgrad)
+
+
+    def update_decrement(self, grad, slots, coeffs):
+        """`update` as (delta, new_slots) with new_var = var - delta (the in-place apply path)."""
+        return adam_decrement(grad, slots, coeffs, amsgrad=self.amsgrad)

@@ -9,6 +9,7 @@ import tf_keras
 
 from optimizers.adam import Adam, adam_coefficients, adam_update
 from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE, HyperSpec
+from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 ADAMW_REFERENCE = (
     "Loshchilov & Hutter 2019, 'Decoupled Weight Decay Regularization', ICLR, "
@@ -84,8 +85,8 @@ class AdamW(Adam):
         InvalidHyperparameter: a hyperparameter outside its range, NaN/inf or not a number.
     """
 
-    HYPERPARAMETERS = (LEARNING_RATE, BETA_1, BETA_2, EPSILON, WEIGHT_DECAY)
-    OPTIONS = ("amsgrad",)
+    HYPERPARAMETERS = catalog.own_specs("adamw")  # the one declaration: optimizers.catalog
+    OPTIONS = catalog.option_names("adamw")
 
     def __init__(
         self,
@@ -108,3 +109,7 @@ class AdamW(Adam):
 
     def update(self, grad, var, slots, coeffs):
         return adamw_update(grad, var, slots, coeffs, amsgrad=self.amsgrad)
+
+    def update_decrement(self, grad, slots, coeffs):
+        """None: the decay needs the variable, so the apply path uses `update` (not Adam's)."""
+        return None

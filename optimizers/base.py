@@ -16,7 +16,10 @@ How the base class `tf_keras.optimizers.legacy.Optimizer` drives a subclass, in 
 * `_prepare_local` (here) computes the rule's scalar coefficients once per (device, dtype) and
   stores them in `apply_state[(var_device, var_dtype)]`.
 * `_resource_apply_dense` / `_resource_apply_sparse` (here) read the slots, call the pure
-  `update` rule and assign the results.
+  `update` rule (or its variable-free form `update_decrement`, subtracted in place) and assign
+  the results. This path is never differentiated (assignments carry no gradient), so it traces
+  the rule under `rules.derivative_free()`: one `Sqrt` kernel instead of the four-op
+  finite-derivative square root the hyper-gradient engine needs.
 
 Subclasses implement `coefficients` and `update` as pure functions of tensors (see
 `optimizers/rules.py`); the hyper-gradient engine calls the same two methods.
@@ -39,7 +42,7 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers.hyperparams import HyperSpec, InvalidHyperparameter, check_decay, find_spec
-from optimizers.rules import as_step
+from optimizers.rules import as_step, derivative_free
 from optimizers.schedules import schedule_from_config
 
 LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
@@ -161,10 +164,9 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         and divided by (1 + decay * iterations). The dense, sparse and hyper-gradient paths all
         read hyperparameters through this method.
         """
-        out = {s.name: self._get_hyper(s.name, dtype) for s in self.hyperparameter_specs()}
-        if "learning_rate" in out:
-            out["learning_rate"] = self._decayed_lr(dtype)
-        return out
+        # `learning_rate` is not read through `_get_hyper` first: that read would be discarded.
+        return {s.name: self._decayed_lr(dtype) if s.name == "learning_rate"
+                else self._get_hyper(s.name, dtype) for s in self.hyperparameter_specs()}
 
     def hyper_values(self) -> dict[str, Any]:
         """Every hyperparameter's current value as a Python float (`_serialize_hyperparameter`).
@@ -203,15 +205,32 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         """The new variable and slots (pure, differentiable; same shapes and dtype as `var`)."""
         raise NotImplementedError
 
+    def update_decrement(
+        self, grad: tf.Tensor, slots: Mapping[str, tf.Tensor], coeffs: Mapping[str, tf.Tensor]
+    ) -> tuple[tf.Tensor, dict[str, tf.Tensor]] | None:
+        """Optional form of `update` for rules whose new variable is `var - delta`, with `delta`
+        computed without reading `var`: (delta, new_slots), both shaped like `grad`.
+
+        The dense apply path then subtracts `delta` in place (`var.assign_sub`): no read of
+        the variable and no separate subtraction kernel, with the same float subtraction as
+        `update`, so the result is bit-identical. None (the default, e.g. AdamW, whose decay
+        reads `var`) means: use `update` and assign its result.
+        """
+        del grad, slots, coeffs
+        return None
+
     # ----- OptimizerV2 adapter ------------------------------------------------------------
     def _prepare_local(self, var_device, var_dtype, apply_state):
         # Every coefficient of the rule, computed once per (device, dtype), not per variable.
         # `hyper_tensors` evaluates `_decayed_lr` (the base class's `lr_t`) once, so the base
-        # `_prepare_local` (which would evaluate it a second time) is not called.
-        step = as_step(self.iterations, var_dtype)
-        apply_state[(var_device, var_dtype)].update(
-            self.coefficients(self.hyper_tensors(var_dtype), step)
-        )
+        # `_prepare_local` (which would evaluate it a second time) is not called. `_get_hyper`
+        # returns the `tf.Variable` itself when its dtype is already `var_dtype`: reading each
+        # one here, once, spares a ReadVariableOp per use per variable (3 for Adam's betas).
+        hypers = {name: tf.convert_to_tensor(value)
+                  for name, value in self.hyper_tensors(var_dtype).items()}
+        with derivative_free():
+            coeffs = self.coefficients(hypers, as_step(self.iterations, var_dtype))
+        apply_state[(var_device, var_dtype)].update(coeffs)
 
     def _coefficients_for(self, var, apply_state) -> Mapping[str, tf.Tensor]:
         key = (var.device, var.dtype.base_dtype)
@@ -220,6 +239,11 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
     def _resource_apply_dense(self, grad, var, apply_state=None):
         """Dense update: every element of `var` and of each of its slots is rewritten.
 
+        The rule runs under `rules.derivative_free()` (one-op square root: this path ends in
+        assignments, which nothing differentiates) on `value()` reads (no `Identity` copies),
+        with one assignment per variable and per slot; the variable itself is updated in
+        place (`assign_sub`, no read) when the rule has an `update_decrement`.
+
         Args:
             grad: tensor shaped like `var` (same dtype).
             var: the trainable `tf.Variable` to update.
@@ -227,9 +251,15 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         """
         coeffs = self._coefficients_for(var, apply_state)
         slot_vars = {n: self.get_slot(var, n) for n in self.slot_names_for_rule()}
-        slots = {n: s.read_value() for n, s in slot_vars.items()}
-        new_var, new_slots = self.update(grad, var.read_value(), slots, coeffs)
-        assigns = [var.assign(new_var, read_value=False)]
+        slots = {n: s.value() for n, s in slot_vars.items()}
+        with derivative_free():
+            decrement = self.update_decrement(grad, slots, coeffs)
+            if decrement is None:
+                new_var, new_slots = self.update(grad, var.value(), slots, coeffs)
+                assigns = [var.assign(new_var, read_value=False)]
+            else:
+                delta, new_slots = decrement
+                assigns = [var.assign_sub(delta, read_value=False)]
         assigns += [slot_vars[n].assign(new_slots[n], read_value=False) for n in slot_vars]
         return tf.group(*assigns)
 
@@ -252,8 +282,15 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         coeffs = self._coefficients_for(var, apply_state)
         slot_vars = {n: self.get_slot(var, n) for n in self.slot_names_for_rule()}
         slot_rows = {n: tf.gather(s, indices) for n, s in slot_vars.items()}
-        new_rows, new_slot_rows = self.update(grad, tf.gather(var, indices), slot_rows, coeffs)
-        updates = [var.scatter_update(tf.IndexedSlices(new_rows, indices))]
+        with derivative_free():
+            decrement = self.update_decrement(grad, slot_rows, coeffs)
+            if decrement is None:
+                new_rows, new_slot_rows = self.update(
+                    grad, tf.gather(var, indices), slot_rows, coeffs)
+                updates = [var.scatter_update(tf.IndexedSlices(new_rows, indices))]
+            else:  # rows - delta in place: no gather of the variable's rows
+                delta, new_slot_rows = decrement
+                updates = [var.scatter_sub(tf.IndexedSlices(delta, indices))]
         updates += [
             slot_vars[n].scatter_update(tf.IndexedSlices(new_slot_rows[n], indices))
             for n in slot_vars

@@ -29,20 +29,45 @@ the others. Items:
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
 import numbers
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import tensorflow as tf
-import tf_keras
 
-from optimizers.base import RuleOptimizer
+if TYPE_CHECKING:  # annotations only: the class is imported where a check runs
+    from optimizers.wrapping import LegacyOptimizer
 
-LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
+
+class _Deferred:
+    """A module imported on first attribute access: the report types (`CheckResult`) and
+    `ITEMS` are read by pages that never run a check, and must not cost `import tensorflow`."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(importlib.import_module(self._name), attribute)
+
+
+tf = _Deferred("tensorflow")
+
+
+def _legacy_optimizer() -> type:
+    from optimizers.wrapping import LegacyOptimizer
+
+    return LegacyOptimizer
+
+
+def _rule_optimizer() -> type:
+    from optimizers.base import RuleOptimizer
+
+    return RuleOptimizer
+
 PUBLIC_LOOKALIKES = ("resource_apply_dense", "resource_apply_sparse", "create_slots", "prepare_local")
 CURVATURE = np.array([1.0, 2.0, 5.0, 10.0], np.float32)
 
@@ -78,7 +103,7 @@ def _changed_value(opt: LegacyOptimizer, name: str, value: float) -> float:
         candidate = value * 1000
     else:
         candidate = value * 0.5 if value != 0 else 0.5
-    if isinstance(opt, RuleOptimizer):
+    if isinstance(opt, _rule_optimizer()):
         try:
             spec = opt.spec(name)
         except KeyError:
@@ -113,7 +138,7 @@ def _initial(shape=(4, 3), seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 def check_underscore_methods(cls: type) -> tuple[bool, str]:
     lookalikes = [n for n in PUBLIC_LOOKALIKES if any(n in c.__dict__ for c in cls.__mro__)]
     owner = next((c for c in cls.__mro__ if "_resource_apply_dense" in c.__dict__), None)
-    overrides = owner is not None and owner not in LegacyOptimizer.__mro__
+    overrides = owner is not None and owner not in _legacy_optimizer().__mro__
     parts = [f"_resource_apply_dense defined in {owner.__name__ if owner else '?'}"]
     if lookalikes:
         parts.append(f"defines {', '.join(lookalikes)}: OptimizerV2 never calls these public names "
@@ -125,7 +150,7 @@ def declared_options(cls: type) -> tuple[str, ...]:
     """A RuleOptimizer's OPTIONS: plain settings declared fixed for the optimizer's life (they
     decide slots or structure, e.g. Adagrad's initial_accumulator_value), exempt from
     `set_hyper` and from the live-change item."""
-    return tuple(getattr(cls, "OPTIONS", ())) if issubclass(cls, RuleOptimizer) else ()
+    return tuple(getattr(cls, "OPTIONS", ())) if issubclass(cls, _rule_optimizer()) else ()
 
 
 def check_set_hyper(cls: type) -> tuple[bool, str]:
@@ -259,7 +284,7 @@ def check_loss_decreases(cls: type) -> tuple[bool, str]:
 
 
 def check_differentiable(cls: type) -> tuple[bool, str]:
-    if not issubclass(cls, RuleOptimizer):
+    if not issubclass(cls, _rule_optimizer()):
         return False, ("not a RuleOptimizer: its update is in-place assignments inside "
                        "_resource_apply_dense (or a fused ResourceApply* kernel), with no pure "
                        "rule to differentiate, so no hyper-gradients")

@@ -11,6 +11,7 @@ from optimizers.adam import adam_coefficients, adam_moments
 from optimizers.base import RuleOptimizer
 from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE
 from optimizers.rules import safe_sqrt
+from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 
 
@@ -49,10 +50,22 @@ def diffgrad_update(
     Returns:
         (new_var, {"m", "v", "prev_grad"}), same shapes and dtype as `var`.
     """
+    step, new_slots = diffgrad_decrement(grad, slots, coeffs)
+    return var - step, new_slots
+
+
+def diffgrad_decrement(
+    grad: tf.Tensor, slots: Mapping[str, tf.Tensor], coeffs: Mapping[str, tf.Tensor]
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """`diffgrad_update` without the variable: (step, new_slots), new_var = var - step.
+
+    `step = lr_t * xi * m / (sqrt(v) + epsilon)`, shaped like `grad`; the variable is not
+    needed to compute it, which lets the OptimizerV2 adapter subtract it in place.
+    """
     m, v = adam_moments(grad, slots["m"], slots["v"], coeffs)
     xi = tf.sigmoid(tf.abs(slots["prev_grad"] - grad))
     step = coeffs["lr_t"] * xi * m / (safe_sqrt(v) + coeffs["epsilon"])
-    return var - step, {"m": m, "v": v, "prev_grad": tf.identity(grad)}
+    return step, {"m": m, "v": v, "prev_grad": tf.identity(grad)}
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
@@ -106,8 +119,8 @@ class DiffGrad(RuleOptimizer):
         InvalidHyperparameter: a hyperparameter outside its range, NaN/inf or not a number.
     """
 
-    HYPERPARAMETERS = (LEARNING_RATE, BETA_1, BETA_2, EPSILON)
-    OPTIONS = ()
+    HYPERPARAMETERS = catalog.own_specs("diffgrad")  # the one declaration: optimizers.catalog
+    OPTIONS = catalog.option_names("diffgrad")
     SLOTS = DiffGradSlots
 
     def __init__(
@@ -130,3 +143,7 @@ class DiffGrad(RuleOptimizer):
 
     def update(self, grad, var, slots, coeffs):
         return diffgrad_update(grad, var, slots, coeffs)
+
+    def update_decrement(self, grad, slots, coeffs):
+        """`update` as (delta, new_slots) with new_var = var - delta (the in-place apply path)."""
+        return diffgrad_decrement(grad, slots, coeffs)

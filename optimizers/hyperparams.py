@@ -17,14 +17,28 @@ Both raise `InvalidHyperparameter`, whose message names the field and the allowe
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
 
-import tensorflow as tf
-import tf_keras
+# No TensorFlow at import: the specs are read by pages and the CLI that never build an
+# optimizer (optimizers.catalog). `library_check` imports it, and only the classes call it.
 
-LearningRateSchedule = tf_keras.optimizers.schedules.LearningRateSchedule
+
+@functools.cache
+def _tf_types() -> tuple[type, tuple[type, ...]]:
+    """(LearningRateSchedule, (tf.Tensor, tf.Variable)), imported on first use."""
+    import tensorflow as tf
+    import tf_keras
+
+    return tf_keras.optimizers.schedules.LearningRateSchedule, (tf.Tensor, tf.Variable)
+
+
+def __getattr__(name: str):  # `hyperparams.LearningRateSchedule`, as before, but lazily
+    if name == "LearningRateSchedule":
+        return _tf_types()[0]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class InvalidHyperparameter(ValueError):
@@ -132,11 +146,12 @@ class HyperSpec:
                 that is not a scalar or not of a numeric dtype.
         """
         allowed = self.library_allowed()
-        if isinstance(value, LearningRateSchedule):
+        schedule_type, tensor_types = _tf_types()
+        if isinstance(value, schedule_type):
             if not self.schedule_ok:
                 raise InvalidHyperparameter(self.name, value, allowed)
             return value
-        if isinstance(value, (tf.Tensor, tf.Variable)):
+        if isinstance(value, tensor_types):
             if value.shape.rank not in (None, 0) or not (
                 value.dtype.is_floating or value.dtype.is_integer or value.dtype.is_complex
             ):

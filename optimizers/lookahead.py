@@ -12,6 +12,7 @@ from optimizers.base import DeclaredSlots, shortest_float
 from optimizers.hyperparams import HyperSpec, find_spec
 from optimizers.wrapping import (LegacyOptimizer, OwnWeightsWrapper, Wrapper, check_inner,
                                  resolver)
+from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 LOOKAHEAD_REFERENCE = (
     "Zhang, Lucas, Hinton & Ba 2019, 'Lookahead Optimizer: k steps forward, 1 step back', "
@@ -98,8 +99,8 @@ class Lookahead(OwnWeightsWrapper, Wrapper, DeclaredSlots, LegacyOptimizer):
 
     REGISTRY_NAME = "lookahead"
     DEFAULT_INNER = Adam
-    HYPERPARAMETERS = (SYNC_PERIOD, SLOW_STEP_SIZE)
-    OPTIONS = ("inner",)
+    HYPERPARAMETERS = catalog.own_specs("lookahead")  # the one declaration: optimizers.catalog
+    OPTIONS = catalog.option_names("lookahead")
     SLOTS = LookaheadSlots
 
     def __init__(self, inner: Any = None, sync_period=6, slow_step_size=0.5, name="Lookahead",

@@ -12,6 +12,7 @@ from optimizers.adam import Adam
 from optimizers.base import DeclaredSlots, shortest_float
 from optimizers.hyperparams import HyperSpec, InvalidHyperparameter, find_spec
 from optimizers.wrapping import LegacyOptimizer, OwnWeightsWrapper, Wrapper
+from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 MOVING_AVERAGE_REFERENCE = (
     "Polyak & Juditsky 1992 (averaging); TensorFlow Addons tfa.optimizers.MovingAverage "
@@ -76,8 +77,8 @@ class MovingAverage(OwnWeightsWrapper, Wrapper, DeclaredSlots, LegacyOptimizer):
 
     REGISTRY_NAME = "moving_average"
     DEFAULT_INNER = Adam
-    HYPERPARAMETERS = (AVERAGE_DECAY,)
-    OPTIONS = ("inner", "start_step", "dynamic_decay")
+    HYPERPARAMETERS = catalog.own_specs("moving_average")  # the one declaration: optimizers.catalog
+    OPTIONS = catalog.option_names("moving_average")
     SLOTS = MovingAverageSlots
 
     def __init__(self, inner: Any = None, average_decay=0.99, start_step=0, dynamic_decay=False,

@@ -7,17 +7,19 @@ within a time limit:
     python -m optimizers.plugins --check FILE...
 
 (`plugins.main`) imports each file and runs the contract check on its classes
-(`plugins.check_file`, nothing registered), writing one JSON line per event to its stdout: `{"event": "ready"}` once TensorFlow
-and the lab are imported, then per file `{"event": "import", "path"}`, `{"event": "check",
-"path"}` (import done, contract check starting) and `{"event": "report", "report": {...}}`. The
-plugin's own prints go to stderr, so they cannot forge a line.
+(`plugins.check_file`, nothing registered), writing one JSON line per event to its stdout:
+`{"event": "ready"}` once TensorFlow and the lab are imported, then per file
+`{"event": "import", "path"}`, `{"event": "check", "path"}` (import done, contract check
+starting) and `{"event": "report", "report": {...}}`. The plugin's own prints go to stderr, so
+they cannot forge a line.
 
 The parent (`check_in_child`) reads those lines with deadlines: `import_timeout_s` (environment
 `OPTIMIZER_LAB_PLUGIN_TIMEOUT_S`, default 10 s) from "import" to "check", `check_timeout_s`
 (`OPTIMIZER_LAB_PLUGIN_CHECK_TIMEOUT_S`, default 120 s) from "check" to "report". A file that
 overruns is reported ("import did not finish in 10 s: not loaded"), the child is killed, and a
-new child goes on with the files after it. `plugins.discover_bounded` then imports into the
-server only the files whose import finished in time, and registers the classes that passed.
+new child goes on with the files after it. `plugins.discover_bounded` then registers the classes
+that passed from the report's catalog data (`ClassReport.catalog`: specs, options, `is_rule`,
+the file and class), without importing any plugin file into the server.
 """
 
 from __future__ import annotations
@@ -100,9 +102,10 @@ def check_in_child(paths: Sequence[Path | str], import_timeout: float | None = N
             `check_timeout_s()`).
 
     Returns:
-        One report dict per file, in order: `path` (resolved), `error` (None, a traceback, or why the file
-        was not loaded: "import did not finish in 10 s: not loaded"), `classes` (as
-        `plugins.ClassReport`, with `checks` as `contract.CheckResult` fields), `module`.
+        One report dict per file, in order: `path` (resolved), `error` (None, a traceback, or
+        why the file was not loaded: "import did not finish in 10 s: not loaded"), `classes`
+        (as `plugins.ClassReport`, with `checks` as `contract.CheckResult` fields and `catalog`
+        as `catalog.CatalogEntry.to_data`), `module`.
 
     Raises:
         ValueError: a timeout environment variable is refused.

@@ -10,6 +10,7 @@ traceback and reported, and the other files still load. Code is only ever read f
 Each OptimizerV2 subclass a plugin defines goes through `contract.check_optimizer`; a subclass
 of `RuleOptimizer` that passes every item is added to the registry under its `REGISTRY_NAME`
 class attribute (default: the class name in lower case), so it appears in every optimizer list.
+A plugin class that is a `Wrapper` is not registered (only the built-ins wrap).
 It is not registered (and the report says why) when that name is not `NAME_PATTERN` or is taken,
 or when its class name is already a registered class's: config files name optimizers by class
 name too, so a plugin `Adam` must not answer for the built-in one.
@@ -17,10 +18,16 @@ name too, so a plugin `Adam` must not answer for the built-in one.
 A folder that does not exist is reported by `folder_problem`; a file that fails to import
 (syntax error, exception, `sys.exit`) by its `PluginReport.error` and one-line `summary`.
 
-`discover` imports in this process (tests, tools). The server uses `discover_bounded`: every file
-is first imported and checked in a child process (`python -m optimizers.plugins --check FILE...`,
-see `optimizers.plugin_process`) with a time limit, and only files that imported in time are then
-imported here; a file that hangs is reported "import did not finish in 10 s: not loaded".
+`discover` imports in this process (tests, tools, the run process). The server and the command
+line use `discover_bounded`: every file is imported and checked in a child process
+(`python -m optimizers.plugins --check FILE...`, see `optimizers.plugin_process`) with a time
+limit; the child also describes each passing class as catalog data (`ClassReport.catalog`:
+specs, options, `is_rule`, where the class lives), which the caller registers WITHOUT importing
+the file, so neither the server nor the CLI's parsing imports TensorFlow for plugins. A file that
+hangs is reported "import did not finish in 10 s: not loaded"; the class is imported later, only
+where an optimizer object is built (`registry.get`).
+
+This module imports no TensorFlow at import time (`optimizer_classes` and the checks do).
 """
 
 from __future__ import annotations
@@ -35,12 +42,10 @@ import sys
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
-
-import tf_keras
+from typing import Any, Callable, Sequence
 
 from optimizers import contract, plugin_process, registry
-from optimizers.base import RuleOptimizer
+from optimizers.catalog import PLUGIN_PREFIX, CatalogEntry
 
 ENV_VAR = "OPTIMIZER_LAB_PLUGINS"
 # Set by the server for the run processes it starts: the plugin files it imported (os.pathsep).
@@ -49,12 +54,15 @@ DEFAULT_DIR = Path(__file__).resolve().parents[1] / "plugins"
 MODULE_PREFIX = "optimizer_lab_plugins"
 # Registry names end up in widget keys, URL parameters and command-line choices.
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,39}")
-LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
 
 
 @dataclass
 class ClassReport:
-    """One optimizer class of a plugin: its contract results and whether it was registered."""
+    """One optimizer class of a plugin: its contract results and whether it was registered.
+
+    `catalog` is the class described as data (`CatalogEntry.to_data`) when it passed every
+    item and is a `RuleOptimizer`: what a process registers without importing the file.
+    """
 
     name: str
     registry_name: str
@@ -62,6 +70,7 @@ class ClassReport:
     checks: list[contract.CheckResult]
     registered: bool
     note: str
+    catalog: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -154,30 +163,92 @@ def import_plugin(path: Path) -> tuple[object | None, str | None]:
 
 def optimizer_classes(module: object) -> list[type]:
     """OptimizerV2 subclasses defined in `module` itself (not imported into it)."""
+    from optimizers.wrapping import LegacyOptimizer  # TensorFlow: the module is a plugin's
+
     return [obj for _, obj in inspect.getmembers(module, inspect.isclass)
             if issubclass(obj, LegacyOptimizer) and obj.__module__ == module.__name__]
 
 
-def _register(cls: type, report: ClassReport) -> None:
+def _refusal(name: str, class_name: str) -> str | None:
+    """Why a passing plugin class `class_name` cannot be registered as `name`, or None."""
+    if not NAME_PATTERN.fullmatch(name):
+        return (f"not registered: REGISTRY_NAME {name!r} refused; allowed: lower-case "
+                "letters, digits and _, starting with a letter, at most 40 characters")
+    if name in registry.OPTIMIZERS:
+        return (f"not registered: the name {name!r} is taken by "
+                f"{registry.class_name(name)}")
+    taken = registry.class_names().get(class_name)
+    if taken is not None:
+        return (f"not registered: the class name {class_name} is taken by optimizer "
+                f"{taken!r} (config files name optimizers by class name)")
+    return None
+
+
+def _same_entry(name: str, class_path: str) -> bool:
+    """True when `name` is already registered for the class at `class_path`."""
+    return name in registry.OPTIMIZERS and registry.entry(name).class_path == class_path
+
+
+def class_path(path: Path | str, cls_name: str) -> str:
+    """The catalog `class_path` of class `cls_name` of plugin file `path`."""
+    return f"{PLUGIN_PREFIX}{Path(path).resolve()}:{cls_name}"
+
+
+def _register(cls: type, report: ClassReport, path: Path | str | None = None) -> None:
+    """Register the imported class `cls` (this process imported its file)."""
     name = report.registry_name
-    existing = registry.OPTIMIZERS.get(name)
-    if existing is cls:
+    where = class_path(path, cls.__name__) if path is not None else None
+    if (where is not None and _same_entry(name, where)) or (
+            name in registry.OPTIMIZERS and registry.entry(name).class_path
+            == f"{cls.__module__}:{cls.__qualname__}" and registry.get(name) is cls):
         report.registered, report.note = True, "already registered"
         return
-    if not NAME_PATTERN.fullmatch(name):
-        report.note = (f"not registered: REGISTRY_NAME {name!r} refused; allowed: lower-case "
-                       "letters, digits and _, starting with a letter, at most 40 characters")
-        return
-    if existing is not None:
-        report.note = f"not registered: the name {name!r} is taken by {existing.__name__}"
-        return
-    same_class = [n for n, c in registry.OPTIMIZERS.items() if c.__name__ == cls.__name__]
-    if same_class:
-        report.note = (f"not registered: the class name {cls.__name__} is taken by optimizer "
-                       f"{same_class[0]!r} (config files name optimizers by class name)")
+    refusal = _refusal(name, cls.__name__)
+    if refusal is not None:
+        report.note = refusal
         return
     registry.register(name, cls)
     report.registered, report.note = True, f"registered as {report.registry_name!r}"
+
+
+def _register_data(report: ClassReport) -> None:
+    """Register a class the check process described (`report.catalog`), without importing it."""
+    try:
+        found = CatalogEntry.from_data(report.catalog)
+    except ValueError as error:  # a child that sent something else than it should
+        report.note = f"not registered: {error}"
+        return
+    if _same_entry(found.name, found.class_path):
+        report.registered, report.note = True, "already registered"
+        return
+    refusal = _refusal(found.name, found.class_name)
+    if refusal is not None:
+        report.note = refusal
+        return
+    try:
+        registry.register_entry(found)
+    except ValueError as error:  # e.g. a name registered meanwhile
+        report.note = f"not registered: {error}"
+        return
+    report.registered, report.note = True, f"registered as {found.name!r}"
+
+
+def describe(cls: type, name: str, path: Path | str) -> CatalogEntry:
+    """The catalog entry of plugin class `cls` (a `RuleOptimizer`, imported from file `path`):
+    its specs as an instance built with default arguments reports them (its `HYPERPARAMETERS`
+    when it cannot be built without arguments), its `OPTIONS` with the constructor's defaults,
+    its Keras registered name."""
+    import tf_keras
+
+    try:
+        specs = tuple(cls().hyperparameter_specs())
+    except TypeError:  # e.g. a constructor without a default `name`
+        specs = tuple(cls.HYPERPARAMETERS)
+    params = inspect.signature(cls.__init__).parameters
+    options = tuple((option, params[option].default) for option in getattr(cls, "OPTIONS", ())
+                    if option in params)
+    return CatalogEntry(name, class_path(path, cls.__name__), cls.__name__,
+                        tf_keras.saving.get_registered_name(cls), specs, options, True, None)
 
 
 def plugin_files(directory: Path | str) -> list[Path]:
@@ -200,7 +271,7 @@ def check_file(path: Path, register: bool = False,
         on_imported()
     if module is not None:
         try:
-            _check_classes(module, report, register)
+            _check_classes(module, report, register, path)
         except Exception as failure:  # noqa: BLE001 - e.g. a module __getattr__ that raises
             report.error = "".join(traceback.format_exception(failure)).strip()
     return report
@@ -224,9 +295,9 @@ def discover_bounded(directory: Path | str | None = None, import_timeout: float 
     time (`plugin_process.check_in_child`; default limits from `OPTIMIZER_LAB_PLUGIN_TIMEOUT_S`,
     10 s per import, and `OPTIMIZER_LAB_PLUGIN_CHECK_TIMEOUT_S`, 120 s per contract check).
 
-    A file whose import failed or overran in the child is reported and never imported here;
-    the others are imported here (they proved they import in time) and their classes that passed
-    the check in the child are registered (`ClassReport.note` says so, or why not).
+    A file whose import failed or overran in the child is reported; nothing is imported here:
+    the classes that passed in the child are registered from the catalog data the child sent
+    (`ClassReport.note` says so, or why not), and imported only when `registry.get` needs one.
 
     Raises:
         ValueError: a timeout environment variable is refused (the message names it).
@@ -235,26 +306,18 @@ def discover_bounded(directory: Path | str | None = None, import_timeout: float 
     reports = []
     for data in plugin_process.check_in_child(plugin_files(folder), import_timeout, check_timeout):
         report = PluginReport.from_dict(data)
-        if report.error is None:
-            _register_checked(report)
+        for entry in report.classes:
+            if entry.catalog is not None and entry.passed and entry.is_rule_optimizer:
+                _register_data(entry)
         reports.append(report)
     return reports
 
 
-def _register_checked(report: PluginReport) -> None:
-    """Import `report`'s file here and register its classes that passed in the child."""
-    module, error = import_plugin(Path(report.path))
-    if module is None:  # it imported in the child; here it did not (say why)
-        report.error, report.classes = error, []
-        return
-    classes = {cls.__name__: cls for cls in optimizer_classes(module)}
-    for entry in report.classes:
-        cls = classes.get(entry.name)
-        if cls is not None and entry.passed and entry.is_rule_optimizer:
-            _register(cls, entry)
+def _check_classes(module: object, report: PluginReport, register: bool,
+                   path: Path | str) -> None:
+    from optimizers.base import RuleOptimizer
+    from optimizers.wrapping import Wrapper
 
-
-def _check_classes(module: object, report: PluginReport, register: bool) -> None:
     for cls in optimizer_classes(module):
         checks = contract.check_optimizer(cls)
         is_rule = issubclass(cls, RuleOptimizer)
@@ -265,8 +328,19 @@ def _check_classes(module: object, report: PluginReport, register: bool) -> None
         elif not is_rule:
             entry.note = ("not registered: passes the contract but is not a RuleOptimizer "
                           "(the Train page needs coefficients/update)")
-        elif register:
-            _register(cls, entry)
+        elif issubclass(cls, Wrapper):
+            entry.note = "not registered: only the built-in optimizers may wrap another one"
+        else:
+            try:  # what a process registers without importing the file (discover_bounded)
+                data = describe(cls, entry.registry_name, path).to_data()
+                json.dumps(data)  # the child sends it as JSON: refuse an exotic default here
+                entry.catalog = data
+            except Exception as failure:  # noqa: BLE001 - untrusted constructor/specs
+                entry.note = (f"not registered: its specs could not be read "
+                              f"({type(failure).__name__}: {failure})")
+            else:
+                if register:
+                    _register(cls, entry, path)
         report.classes.append(entry)
 
 
@@ -306,6 +380,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(**event) -> None:
         channel.write(json.dumps(event) + "\n")
         channel.flush()
+
+    # TensorFlow before "ready": its import time (this module no longer pulls it in) must not
+    # count against the first plugin's import limit
+    import optimizers.base  # noqa: F401  (imported for its side effect: TensorFlow loaded)
 
     say(event="ready")
     for path in args[1:]:

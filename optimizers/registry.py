@@ -1,160 +1,193 @@
 """Registry: optimizer names -> classes and their hyperparameter specs.
 
 The one place the UI, the run process, the config import and the hyper-gradient engine look
-optimizers up. Only names listed here (plus validated plugins added with `register`) can ever be
-instantiated from user input: nothing named in a config is imported or evaluated.
+optimizers up. Only names listed here (plus validated plugins added with `register` /
+`register_entry`) can ever be instantiated from user input: nothing named in a config is
+imported or evaluated.
+
+Two halves, so that pages and the command line never pay for TensorFlow:
+
+* answered from the catalog (`optimizers.catalog`, plain data, no TensorFlow imported):
+  `names`, `specs`, `validate_hypers`, `option_defaults`, `validate_options`, `is_rule`,
+  `is_wrapper`, `class_name`, `class_names`, `WRAPPERS`, and `name in OPTIMIZERS`;
+* importing the class on first use (TensorFlow then loads): `get`, `create`, `class_named`,
+  `name_of`, and reading a value of `OPTIMIZERS`.
 
 The registry is also the only place names are resolved: a wrapper ("accumulation",
-"lookahead", "moving_average") takes its inner optimizer as an object, and `create` builds that object from the
-`inner` option and passes it. The wrappers' `get_config` / `from_config` reach the names through
-the `wrapping.InnerResolver` installed at the bottom of this module (no import circle).
+"lookahead", "moving_average") takes its inner optimizer as an object, and `create` builds that
+object from the `inner` option and passes it. The wrappers' `get_config` / `from_config` reach
+the names through the `wrapping.InnerResolver` that `install_default_resolver` installs (as
+soon as `optimizers.wrapping` is loaded through the registry; no import circle).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
-from typing import Any, Union
+import sys
+from pathlib import Path
+from typing import Any, Iterator, MutableMapping
 
-import tf_keras
-
-from optimizers.accumulation import GradientAccumulation
-from optimizers.adagrad import Adagrad
-from optimizers.adam import Adam
-from optimizers.adamw import AdamW
-from optimizers.base import RuleOptimizer
-from optimizers.diffgrad import DiffGrad
+from optimizers.catalog import BUILTINS, PLUGIN_PREFIX, CatalogEntry, WrapperRule
 from optimizers.hyperparams import HyperSpec, InvalidHyperparameter
-from optimizers.lookahead import Lookahead
-from optimizers.moving_average import MovingAverage
-from optimizers.rmsprop import RMSprop
-from optimizers.sgd import SGD
-from optimizers.wrapping import InnerResolver, LegacyOptimizer, Wrapper, check_inner
-from optimizers.wrapping import install_resolver
 
 # What the engine, recorder and run process call on an optimizer besides OptimizerV2's own API.
 # A `RuleOptimizer` has all of them; a wrapper such as `Lookahead` implements them itself (it has
 # no pure `coefficients` / `update`, so hyper-gradients refuse it: see `is_rule`).
 ENGINE_METHODS = ("hyperparameter_specs", "spec", "hyper_values", "slot_names_for_rule",
                   "_set_hyper", "get_slot")
-OptimizerClass = Union[type[RuleOptimizer], type[LegacyOptimizer]]
+OptimizerClass = type  # a RuleOptimizer or OptimizerV2 subclass (typed loosely: no TF here)
 
-OPTIMIZERS: dict[str, OptimizerClass] = {
-    "adam": Adam,
-    "sgd": SGD,
-    "adamw": AdamW,
-    "rmsprop": RMSprop,
-    "adagrad": Adagrad,
-    "diffgrad": DiffGrad,
-    "accumulation": GradientAccumulation,
-    "lookahead": Lookahead,
-    "moving_average": MovingAverage,
-}
-# Wrappers: their `inner` option names a plain rule (`wrapping.check_inner` says which).
-WRAPPERS = tuple(name for name, cls in OPTIMIZERS.items() if issubclass(cls, Wrapper))
+_ENTRIES: dict[str, CatalogEntry] = dict(BUILTINS)  # name -> entry, in list order
+_CLASSES: dict[str, type] = {}  # name -> class, once imported (or registered as a class)
+# Entries registered as classes (`register`): their specs come from an instance, as Keras
+# builds them, since nothing declared them as data.
+_INTROSPECTED: set[str] = set()
+# Wrappers: their `inner` option names a plain rule (`validate_options` says which).
+WRAPPERS = tuple(name for name, entry in BUILTINS.items() if entry.wrapper is not None)
 DEFAULT_OPTIMIZER = "adam"
 
 
+class _Classes(MutableMapping):
+    """`OPTIMIZERS`: name -> class. Membership, iteration and `len` read the catalog (no
+    TensorFlow); reading a value imports that class. Writing is for saving and restoring the
+    registry around a test (`dict(OPTIMIZERS)` ... `clear()`, `update(saved)`; prefer
+    `snapshot` / `restore`, which import nothing); code adds optimizers with `register`."""
+
+    def __getitem__(self, name: str) -> type:
+        if name not in _ENTRIES:
+            raise KeyError(name)
+        return get(name)
+
+    def __setitem__(self, name: str, cls: type) -> None:
+        builtin = BUILTINS.get(name)
+        if builtin is not None and builtin.class_path == f"{cls.__module__}:{cls.__name__}":
+            _ENTRIES[name] = builtin
+            _CLASSES[name] = cls
+            return
+        _ENTRIES.pop(name, None)
+        register(name, cls)
+
+    def __delitem__(self, name: str) -> None:
+        del _ENTRIES[name]
+        _CLASSES.pop(name, None)
+        _INTROSPECTED.discard(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _ENTRIES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(_ENTRIES))
+
+    def __len__(self) -> int:
+        return len(_ENTRIES)
+
+    def __repr__(self) -> str:
+        return f"OPTIMIZERS({', '.join(_ENTRIES)})"
+
+
+OPTIMIZERS: MutableMapping[str, type] = _Classes()
+
+
+# ----- answered from the catalog (no TensorFlow) -----------------------------------------------
 def names() -> list[str]:
     """Registered optimizer names, the default first."""
-    return list(OPTIMIZERS)
+    return list(_ENTRIES)
 
 
-def get(name: str) -> OptimizerClass:
-    """The class registered as `name`.
+def entry(name: str) -> CatalogEntry:
+    """The catalog entry of `name`.
 
     Raises:
         KeyError: unknown name (the message lists the known ones).
     """
     try:
-        return OPTIMIZERS[name]
-    except KeyError:
-        raise KeyError(f"optimizer={name!r} is unknown; known: {', '.join(OPTIMIZERS)}") from None
-
-
-def has_engine_api(cls: Any) -> bool:
-    """True for an OptimizerV2 subclass with every method of `ENGINE_METHODS`."""
-    return (inspect.isclass(cls) and issubclass(cls, LegacyOptimizer)
-            and all(callable(getattr(cls, m, None)) for m in ENGINE_METHODS))
+        return _ENTRIES[name]
+    except (KeyError, TypeError):
+        raise KeyError(f"optimizer={name!r} is unknown; known: {', '.join(_ENTRIES)}") from None
 
 
 def is_rule(name: str) -> bool:
-    """True when optimizer `name` is a `RuleOptimizer` (pure rule: hyper-gradients work)."""
-    return issubclass(get(name), RuleOptimizer)
-
-
-def register(name: str, cls: OptimizerClass) -> None:
-    """Add an optimizer class (used for plugins that passed their contract check).
+    """True when optimizer `name` is a `RuleOptimizer` (pure rule: hyper-gradients work).
 
     Raises:
-        ValueError: `name` is taken, or `cls` is neither a `RuleOptimizer` subclass nor an
-            OptimizerV2 subclass with the engine's methods (`ENGINE_METHODS`).
+        KeyError: unknown name.
     """
-    if name in OPTIMIZERS:
-        raise ValueError(f"optimizer name {name!r} is already registered")
-    if not (inspect.isclass(cls) and (issubclass(cls, RuleOptimizer) or has_engine_api(cls))):
-        raise ValueError(f"{cls!r} is not a RuleOptimizer subclass (nor an OptimizerV2 with "
-                         f"{', '.join(ENGINE_METHODS)})")
-    OPTIMIZERS[name] = cls
+    return entry(name).is_rule
 
 
-def name_of(cls: type) -> str:
-    """The registry name of class `cls` (the first name it is registered under).
-
-    Raises:
-        KeyError: `cls` is not registered.
-    """
-    for name, registered in OPTIMIZERS.items():
-        if registered is cls:
-            return name
-    raise KeyError(f"{cls.__name__} is not a registered optimizer class; known: "
-                   f"{', '.join(OPTIMIZERS)}")
+def is_wrapper(name: str) -> bool:
+    """True when optimizer `name` wraps another one (its `inner` option). Raises KeyError."""
+    return entry(name).wrapper is not None
 
 
-def class_named(class_name: str) -> OptimizerClass:
-    """The registered class whose Keras registered name ("OptimizerLab>Adam") or class name
-    ("Adam") is `class_name`; the first registered wins, so a plugin class named like a built-in
-    one never answers for it.
+def class_name(name: str) -> str:
+    """The class name (`__name__`) of optimizer `name`, e.g. "GradientAccumulation" for
+    "accumulation", without importing it. Raises KeyError for an unknown name."""
+    return entry(name).class_name
 
-    Raises:
-        KeyError: no registered class answers to `class_name`.
-    """
-    for cls in OPTIMIZERS.values():
-        if class_name in (tf_keras.saving.get_registered_name(cls), cls.__name__):
-            return cls
-    raise KeyError(f"{class_name!r} is not a registered optimizer class; known: "
-                   f"{', '.join(c.__name__ for c in OPTIMIZERS.values())}")
+
+def class_names() -> dict[str, str]:
+    """Registry name or class name -> registry name, for every registered optimizer; the first
+    registered wins a class name (a plugin class named like a built-in cannot take it over)."""
+    out = {name: name for name in _ENTRIES}
+    for name, found in _ENTRIES.items():
+        out.setdefault(found.class_name, name)
+    return out
 
 
 def option_defaults(name: str) -> dict[str, Any]:
     """The plain (non-tensor) options of optimizer `name` and their defaults, e.g. amsgrad; a
-    wrapper's `inner` default is the registry name of its `DEFAULT_INNER` (e.g. "adam")."""
-    cls = get(name)
-    params = inspect.signature(cls.__init__).parameters
-    defaults = {opt: params[opt].default for opt in cls.OPTIONS}
-    if issubclass(cls, Wrapper):
-        defaults["inner"] = name_of(cls.DEFAULT_INNER)
-    return defaults
+    wrapper's `inner` default is a registry name (e.g. "adam"). Raises KeyError."""
+    found = entry(name)
+    if name in _INTROSPECTED:
+        return _introspected_defaults(name)
+    return found.option_defaults()
+
+
+def _check_inner(name: str, inner: Any) -> None:
+    """Refuse an `inner` option wrapper `name` cannot wrap (as `wrapping.check_inner`).
+
+    Raises:
+        KeyError: `inner` is not a registered name.
+        ValueError: `inner` is `name` itself, another wrapper, or (for a wrapper that calls the
+            inner pure rule) not a rule.
+    """
+    wrapper = entry(name).wrapper
+    inner_entry = entry(inner)
+    shown = repr(inner)
+    if inner == name:
+        raise ValueError(f"option inner={shown} refused: cannot wrap itself")
+    if inner_entry.wrapper is not None or (wrapper.inner_must_be_rule and not inner_entry.is_rule):
+        raise ValueError(f"option inner={shown} refused: {name} wraps a plain rule (not "
+                         f"{', '.join(sorted(WRAPPERS))})")
 
 
 def validate_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """Check option names and types against the defaults' types; return the full option dict.
 
-    A wrapper with `PASSES_INNER_OPTIONS` (GradientAccumulation) also takes its inner rule's
+    A wrapper that passes its inner options (GradientAccumulation) also takes its inner rule's
     options (e.g. `{"inner": "sgd", "nesterov": True}`), passed to the inner optimizer.
 
     Raises:
-        ValueError: an unknown option, or a value whose type differs from the default's.
+        KeyError: unknown optimizer, or an `inner` that is not a registered name.
+        ValueError: an unknown option, a value whose type differs from the default's, a value
+            outside the range its constructor accepts (`catalog.OptionRange`, e.g.
+            accumulation_steps in [1, 10000]), or an `inner` the wrapper cannot wrap.
     """
-    defaults = option_defaults(name)
-    cls = get(name)
-    if getattr(cls, "PASSES_INNER_OPTIONS", False):  # e.g. accumulation: nesterov, amsgrad, ...
-        inner_name = options.get("inner", defaults["inner"])
-        if isinstance(inner_name, str) and inner_name in OPTIMIZERS:
-            defaults = {**defaults, **{k: v for k, v in option_defaults(inner_name).items()
-                                       if k not in defaults}}
+    own = option_defaults(name)
+    wrapper = entry(name).wrapper
+    defaults = dict(own)
+    ranges = dict(entry(name).option_ranges)  # what the constructors would refuse
+    if wrapper is not None and wrapper.passes_inner_options:  # nesterov, amsgrad, ...
+        inner_name = options.get("inner", own["inner"])
+        if isinstance(inner_name, str) and inner_name in _ENTRIES:
+            defaults.update({k: v for k, v in option_defaults(inner_name).items()
+                             if k not in defaults})
+            ranges.update({k: r for k, r in entry(inner_name).option_ranges if k not in own})
     # the wrapper's own options always; an inner rule's only when given (a config, link or
     # flag then carries exactly what the user chose)
-    out = {key: value for key, value in defaults.items() if key in option_defaults(name)}
+    out = dict(own)
     for key, value in options.items():
         if key not in defaults:
             raise ValueError(
@@ -167,31 +200,40 @@ def validate_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(
                 f"option {key}={value!r} refused: must be a {expected.__name__}"
             )
+        if key in ranges:
+            ranges[key].check(key, value)
         out[key] = value
-    if issubclass(cls, Wrapper):  # only registered plain rules can be wrapped
-        check_inner(cls, get(out["inner"]), repr(out["inner"]))
+    if wrapper is not None:  # only registered plain rules can be wrapped
+        _check_inner(name, out["inner"])
     return out
 
 
-def _instantiate(name: str, options: dict[str, Any], hypers: dict[str, Any]) -> LegacyOptimizer:
-    """`name`'s class built from checked options and hyperparameters. For a wrapper the inner
-    optimizer is created first (with every hyperparameter that is not the wrapper's own) and
-    passed as an object."""
-    cls = get(name)
-    if not issubclass(cls, Wrapper):
-        return cls(**options, **hypers)
-    own = {spec.name for spec in cls.HYPERPARAMETERS}
-    inner_keys = set(option_defaults(options["inner"])) - set(cls.OPTIONS)
-    inner_options = {k: v for k, v in options.items() if k in inner_keys}
-    inner = create(options["inner"], {k: v for k, v in hypers.items() if k not in own},
-                   inner_options)
-    rest = {k: v for k, v in options.items() if k != "inner" and k not in inner_keys}
-    return cls(inner=inner, **rest, **{k: v for k, v in hypers.items() if k in own})
+def _split_inner_options(name: str, options: dict[str, Any]) -> tuple[dict, dict]:
+    """(the wrapper's own options without `inner`, the inner rule's options) of checked
+    `options` of wrapper `name`."""
+    own = option_defaults(name)
+    inner = {k: v for k, v in options.items() if k not in own}
+    return {k: v for k, v in options.items() if k in own and k != "inner"}, inner
 
 
 def specs(name: str, options: dict[str, Any] | None = None) -> tuple[HyperSpec, ...]:
-    """The `HyperSpec`s of optimizer `name` built with `options` (no TF variables created)."""
-    return _instantiate(name, validate_options(name, options or {}), {}).hyperparameter_specs()
+    """The `HyperSpec`s of optimizer `name` built with `options`, in `_set_hyper` order: a
+    wrapper's own specs then its inner rule's (GradientAccumulation: only the inner rule's).
+
+    Raises:
+        KeyError, ValueError: as `validate_options`.
+    """
+    checked = validate_options(name, options or {})
+    if name in _INTROSPECTED:
+        return tuple(_instantiate(name, checked, {}).hyperparameter_specs())
+    found = entry(name)
+    if found.wrapper is None:
+        return found.hyperparameters
+    _, inner_options = _split_inner_options(name, checked)
+    inner_specs = specs(checked["inner"], inner_options)
+    if found.wrapper.inner_specs_only:
+        return inner_specs
+    return found.hyperparameters + inner_specs
 
 
 def validate_hypers(
@@ -212,9 +254,174 @@ def validate_hypers(
     return {key: spec.validate(hypers.get(key, spec.default)) for key, spec in table.items()}
 
 
+def register_entry(found: CatalogEntry) -> None:
+    """Add an optimizer known as data (a plugin that passed its contract check in the check
+    process): its class is imported only when `get` / `create` need it.
+
+    Raises:
+        ValueError: the name is taken, or the entry is a wrapper (only built-ins wrap).
+    """
+    if found.name in _ENTRIES:
+        raise ValueError(f"optimizer name {found.name!r} is already registered")
+    if found.wrapper is not None:
+        raise ValueError(f"optimizer {found.name!r} refused: only built-in optimizers wrap")
+    _ENTRIES[found.name] = found
+
+
+def unregister(name: str) -> None:
+    """Remove a non-built-in optimizer (tests, a plugin reloaded). Raises KeyError for an
+    unknown name; ValueError for a built-in one."""
+    entry(name)
+    if name in BUILTINS:
+        raise ValueError(f"optimizer {name!r} is built in and cannot be removed")
+    _ENTRIES.pop(name)
+    _CLASSES.pop(name, None)
+    _INTROSPECTED.discard(name)
+
+
+def snapshot() -> tuple[dict, dict, set]:
+    """The registry's state (entries, imported classes, introspected names), for `restore`;
+    imports nothing (tests save it around code that registers plugins)."""
+    return dict(_ENTRIES), dict(_CLASSES), set(_INTROSPECTED)
+
+
+def restore(state: tuple[dict, dict, set]) -> None:
+    """Put back a `snapshot` (entries registered since are dropped)."""
+    entries, classes, introspected = state
+    _ENTRIES.clear()
+    _ENTRIES.update(entries)
+    _CLASSES.clear()
+    _CLASSES.update(classes)
+    _INTROSPECTED.clear()
+    _INTROSPECTED.update(introspected)
+
+
+# ----- importing the classes (TensorFlow loads here) -------------------------------------------
+def _import_class(found: CatalogEntry) -> type:
+    """The class `found.class_path` names ("module:Class" or "plugin:/file.py:Class")."""
+    if found.class_path.startswith(PLUGIN_PREFIX):
+        from optimizers import plugins  # a plugin file: imported once per process
+
+        path, _, attribute = found.class_path[len(PLUGIN_PREFIX):].rpartition(":")
+        module, error = plugins.import_plugin(Path(path))
+        if module is None:
+            raise ImportError(f"optimizer {found.name!r}: plugin {path} no longer imports: "
+                              f"{(error or '').strip().splitlines()[-1:]}")
+    else:
+        module_name, _, attribute = found.class_path.partition(":")
+        module = importlib.import_module(module_name)
+    return getattr(module, attribute)
+
+
+def get(name: str) -> type:
+    """The class registered as `name` (imported on first use: TensorFlow loads).
+
+    Raises:
+        KeyError: unknown name (the message lists the known ones).
+        ImportError: a plugin file that no longer imports.
+    """
+    found = entry(name)
+    if name not in _CLASSES:
+        _CLASSES[name] = _import_class(found)
+    install_default_resolver()
+    return _CLASSES[name]
+
+
+def has_engine_api(cls: Any) -> bool:
+    """True for an OptimizerV2 subclass with every method of `ENGINE_METHODS`."""
+    from optimizers.wrapping import LegacyOptimizer
+
+    return (inspect.isclass(cls) and issubclass(cls, LegacyOptimizer)
+            and all(callable(getattr(cls, m, None)) for m in ENGINE_METHODS))
+
+
+def register(name: str, cls: type) -> None:
+    """Add an optimizer class (tests, the run process's plugins); its specs and options are
+    read from the class itself (an instance built with default arguments).
+
+    Raises:
+        ValueError: `name` is taken, or `cls` is neither a `RuleOptimizer` subclass nor an
+            OptimizerV2 subclass with the engine's methods (`ENGINE_METHODS`).
+    """
+    from optimizers.base import RuleOptimizer
+    from optimizers.wrapping import Wrapper
+
+    if name in _ENTRIES:
+        raise ValueError(f"optimizer name {name!r} is already registered")
+    if not (inspect.isclass(cls) and (issubclass(cls, RuleOptimizer) or has_engine_api(cls))):
+        raise ValueError(f"{cls!r} is not a RuleOptimizer subclass (nor an OptimizerV2 with "
+                         f"{', '.join(ENGINE_METHODS)})")
+    import tf_keras
+
+    wrapper = None
+    if issubclass(cls, Wrapper):  # how it combines is read from its class attributes
+        wrapper = WrapperRule(inner_specs_only=False,  # unused: its specs come from an instance
+                              inner_must_be_rule=issubclass(cls.INNER_BASE, RuleOptimizer),
+                              passes_inner_options=bool(getattr(cls, "PASSES_INNER_OPTIONS",
+                                                                False)))
+    _ENTRIES[name] = CatalogEntry(
+        name, f"{cls.__module__}:{cls.__qualname__}", cls.__name__,
+        tf_keras.saving.get_registered_name(cls), tuple(getattr(cls, "HYPERPARAMETERS", ())),
+        (), issubclass(cls, RuleOptimizer), wrapper)
+    _CLASSES[name] = cls
+    _INTROSPECTED.add(name)
+    install_default_resolver()
+
+
+def _introspected_defaults(name: str) -> dict[str, Any]:
+    cls = get(name)
+    params = inspect.signature(cls.__init__).parameters
+    defaults = {opt: params[opt].default for opt in getattr(cls, "OPTIONS", ())}
+    if is_wrapper(name):
+        defaults["inner"] = name_of(cls.DEFAULT_INNER)
+    return defaults
+
+
+def name_of(cls: type) -> str:
+    """The registry name of class `cls` (the first name it is registered under).
+
+    Raises:
+        KeyError: `cls` is not registered.
+    """
+    for name, found in _ENTRIES.items():
+        if found.class_name == cls.__name__ and get(name) is cls:
+            return name
+    raise KeyError(f"{cls.__name__} is not a registered optimizer class; known: "
+                   f"{', '.join(e.class_name for e in _ENTRIES.values())}")
+
+
+def class_named(class_name: str) -> type:
+    """The registered class whose Keras registered name ("OptimizerLab>Adam") or class name
+    ("Adam") is `class_name`; the first registered wins, so a plugin class named like a built-in
+    one never answers for it.
+
+    Raises:
+        KeyError: no registered class answers to `class_name`.
+    """
+    for name, found in _ENTRIES.items():
+        if class_name in (found.keras_name, found.class_name):
+            return get(name)
+    raise KeyError(f"{class_name!r} is not a registered optimizer class; known: "
+                   f"{', '.join(e.class_name for e in _ENTRIES.values())}")
+
+
+def _instantiate(name: str, options: dict[str, Any], hypers: dict[str, Any]) -> Any:
+    """`name`'s class built from checked options and hyperparameters. For a wrapper the inner
+    optimizer is created first (with every hyperparameter that is not the wrapper's own) and
+    passed as an object."""
+    cls = get(name)
+    if not is_wrapper(name):
+        return cls(**options, **hypers)
+    own = {spec.name for spec in entry(name).hyperparameters}
+    rest, inner_options = _split_inner_options(name, options)
+    inner = create(options["inner"], {k: v for k, v in hypers.items() if k not in own},
+                   inner_options)
+    return cls(inner=inner, **rest, **{k: v for k, v in hypers.items() if k in own})
+
+
 def create(
     name: str, hypers: dict[str, Any] | None = None, options: dict[str, Any] | None = None
-) -> LegacyOptimizer:
+) -> Any:
     """Instantiate optimizer `name` with validated hyperparameters and options.
 
     Raises:
@@ -226,10 +433,23 @@ def create(
     return _instantiate(name, checked_options, checked_hypers)
 
 
-install_resolver(InnerResolver(get=get, create=create, name_of=name_of, class_named=class_named))
+def install_default_resolver() -> None:
+    """Let the wrappers' `get_config` / `from_config` resolve names through this registry
+    (`wrapping.install_resolver`); idempotent. Called whenever a class is imported or
+    registered here, and at import when `optimizers.wrapping` is already loaded."""
+    from optimizers.wrapping import InnerResolver, install_resolver
+
+    install_resolver(InnerResolver(get=get, create=create, name_of=name_of,
+                                   class_named=class_named))
+
+
+if "optimizers.wrapping" in sys.modules:  # TensorFlow is loaded anyway: install at once
+    install_default_resolver()
 
 __all__ = [
     "ENGINE_METHODS", "OPTIMIZERS", "DEFAULT_OPTIMIZER", "InvalidHyperparameter", "WRAPPERS",
-    "class_named", "create", "get", "has_engine_api", "is_rule", "name_of", "names",
-    "option_defaults", "register", "specs", "validate_hypers", "validate_options",
+    "CatalogEntry", "WrapperRule", "class_name", "class_named", "class_names", "create",
+    "entry", "get", "has_engine_api", "install_default_resolver", "is_rule", "is_wrapper",
+    "name_of", "names", "option_defaults", "register", "register_entry", "restore",
+    "snapshot", "specs", "unregister", "validate_hypers", "validate_options",
 ]

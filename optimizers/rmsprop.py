@@ -10,6 +10,7 @@ import tf_keras
 from optimizers.base import RuleOptimizer
 from optimizers.hyperparams import EPSILON, LEARNING_RATE, MOMENTUM, HyperSpec
 from optimizers.rules import keras_epsilon, safe_sqrt
+from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 RHO = HyperSpec(
     "rho", 0.9, 0.0, 1.0, "decay rate of the running mean of squared gradients rms",
@@ -45,6 +46,7 @@ def rmsprop_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> di
         "epsilon": epsilon,
         "eps_inside": eps_inside,
         "eps_outside": epsilon - eps_inside,
+        "one_minus_rho": 1 - hypers["rho"],  # once per step, not per variable
     }
 
 
@@ -79,18 +81,35 @@ def rmsprop_update(
     Returns:
         (new_var, {"rms"[, "mg"], "momentum"}), same shapes and dtype as `var`.
     """
+    mom, new_slots = rmsprop_decrement(grad, slots, coeffs, centered)
+    return var - mom, new_slots
+
+
+def rmsprop_decrement(
+    grad: tf.Tensor,
+    slots: Mapping[str, tf.Tensor],
+    coeffs: Mapping[str, tf.Tensor],
+    centered: bool = False,
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """`rmsprop_update` without the variable: (mom, new_slots), new_var = var - mom.
+
+    `mom` (shaped like `grad`) is also the new `momentum` slot; the variable is not needed to
+    compute it, which lets the OptimizerV2 adapter subtract it in place.
+    """
     rho, momentum = coeffs["rho"], coeffs["momentum"]
-    rms = rho * slots["rms"] + (1 - rho) * tf.square(grad)
+    rms = rho * slots["rms"] + coeffs["one_minus_rho"] * tf.square(grad)
     new_slots = {"rms": rms}
     denom = rms
     if centered:
-        mg = rho * slots["mg"] + (1 - rho) * grad
+        mg = rho * slots["mg"] + coeffs["one_minus_rho"] * grad
         new_slots["mg"] = mg
         denom = rms - tf.square(mg)
-    denominator = safe_sqrt(denom + coeffs["eps_inside"]) + coeffs["eps_outside"]
+    # rounding can push rms - mg**2 just below 0: keep the root at 0 there (not NaN)
+    denominator = (safe_sqrt(denom + coeffs["eps_inside"], clamp_negative=centered)
+                   + coeffs["eps_outside"])
     mom = momentum * slots["momentum"] + coeffs["lr_t"] * grad / denominator
     new_slots["momentum"] = mom
-    return var - mom, new_slots
+    return mom, new_slots
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
@@ -144,8 +163,8 @@ class RMSprop(RuleOptimizer):
             NaN/inf, bool, string), or a negative `decay`.
     """
 
-    HYPERPARAMETERS = (LEARNING_RATE, RHO, MOMENTUM, EPSILON)
-    OPTIONS = ("centered",)
+    HYPERPARAMETERS = catalog.own_specs("rmsprop")  # the one declaration: optimizers.catalog
+    OPTIONS = catalog.option_names("rmsprop")
     SLOTS = RMSpropSlots
     OPTIONAL_SLOTS = {"mg": "centered"}
 
@@ -171,3 +190,7 @@ class RMSprop(RuleOptimizer):
 
     def update(self, grad, var, slots, coeffs):
         return rmsprop_update(grad, var, slots, coeffs, centered=self.centered)
+
+    def update_decrement(self, grad, slots, coeffs):
+        """`update` as (delta, new_slots) with new_var = var - delta (the in-place apply path)."""
+        return rmsprop_decrement(grad, slots, coeffs, centered=self.centered)

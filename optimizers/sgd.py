@@ -10,6 +10,7 @@ import tf_keras
 
 from optimizers.base import RuleOptimizer
 from optimizers.hyperparams import LEARNING_RATE, MOMENTUM
+from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 SGD_LEARNING_RATE = dataclasses.replace(LEARNING_RATE, default=0.01)
 
@@ -107,8 +108,8 @@ class SGD(RuleOptimizer):
             NaN/inf, bool, string), or a negative `decay`.
     """
 
-    HYPERPARAMETERS = (SGD_LEARNING_RATE, MOMENTUM)
-    OPTIONS = ("nesterov",)
+    HYPERPARAMETERS = catalog.own_specs("sgd")  # the one declaration: optimizers.catalog
+    OPTIONS = catalog.option_names("sgd")
     SLOTS = SGDSlots
 
     def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SGD", **kwargs):

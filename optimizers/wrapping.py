@@ -56,6 +56,10 @@ def resolver() -> InnerResolver:
     Raises:
         LookupError: `optimizers.registry` was never imported in this process.
     """
+    if not _RESOLVER:  # the registry installs itself when it imports a class; a wrapper
+        from optimizers import registry  # imported directly (tests, teaching) asks it here
+
+        registry.install_default_resolver()
     if not _RESOLVER:
         raise LookupError("a wrapper's inner optimizer is named in its config, and only "
                           "optimizers.registry resolves names: import optimizers.registry first")

@@ -97,3 +97,34 @@ def admit(queued: Sequence[tuple[int, float]], active_mb: Sequence[float], pool_
         used += need
         count += 1
     return admitted, {}
+
+
+# Resident size of an idle warm worker (TensorFlow, tf_keras and the engine imported, devices
+# configured, no model): 714-715 MB VmRSS measured by `bench/bench_start_latency.py`.
+WARM_WORKER_MB = 800.0
+
+
+def warm_spares(active_configs: Sequence[dict[str, Any]], spare_count: int, queued: int,
+                pool_size: int, budget_mb: float | None) -> int:
+    """How many warm workers to start now (>= 0).
+
+    Every pool place holds either an active run or at most one spare warm worker: spares =
+    `pool_size` - active runs, so the idle processes never outnumber the free places. Fewer
+    when the memory budget (MB) has no room for another `WARM_WORKER_MB` beside the active
+    runs' estimates (`estimate_mb`) and the spares already there; none while runs are queued
+    (their places are about to be taken, by a cold process if no spare is ready).
+
+    Args:
+        active_configs: `RunConfig` JSON dicts of the active runs.
+        spare_count: live idle warm workers already there (warming or ready).
+        queued: number of queued runs.
+        pool_size: places in the pool.
+        budget_mb: memory budget in MB, None for none.
+    """
+    if queued:
+        return 0
+    wanted = pool_size - len(active_configs)
+    if budget_mb is not None:
+        room = budget_mb - sum(estimate_mb(c) for c in active_configs)
+        wanted = min(wanted, int(room // WARM_WORKER_MB))
+    return max(0, wanted - spare_count)

@@ -13,7 +13,18 @@ reads its pending rows with `pending` and passes each to `handle`, which
 
 Payloads (extra keys are ignored):
 
-* `set_hyper {name: str, value: number, source: str = "user"}`
+* `set_hyper {name: str, value: number, source: str = "user"}` (refused for `learning_rate`
+  while a schedule replaces it: Keras would swap the schedule for a float the compiled step
+  never reads)
+  `set_hyper {name: "lr_schedule", value: schedule | null}` and `{name: "decay", value:
+  number}` change the run's learning-rate schedule (Keras's serialized form, checked against
+  `optimizers.schedule_specs`; null = constant at the schedule's current value) and legacy
+  `decay`. New numbers of the same schedule class and structure are variable assigns that take
+  effect at the next step with no retrace (`lr_schedule.<name>` rows); another class,
+  constant <-> schedule, or a new `decay` (a plain attribute, not `_set_hyper`) is a different
+  kind of change: the step function is rebuilt between two steps, which costs one retrace,
+  recorded as a `step traces` row (old -> new count; the source says which change). Refused
+  for a run following hyper-gradients when it would retrace.
 * `autotune {name: str, hyper_learning_rate: number | null}` (null switches auto-tune off)
 * `response_slice {name: str, horizon: int = 20, points: int = 9}`
 * `pause {}`, `resume {}`, `stop {}`
@@ -34,8 +45,11 @@ from typing import TYPE_CHECKING, Any, Callable
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
+from engine import recording
 from engine.record_rows import HyperChangeRow
 from optimizers.hyperparams import InvalidHyperparameter
+from optimizers.schedule_specs import ScheduleError, validate_schedule
+from settings import fields as setting_fields
 
 if TYPE_CHECKING:
     from runs.run_loop import _Run
@@ -103,8 +117,18 @@ def _message(error: BaseException) -> str:
     return str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
 
 
+SCHEDULE_NAMES = ("lr_schedule", "decay")  # `set_hyper` names that are run settings
+
+
 def _set_hyper(run: "_Run", command_id: int, payload: SetHyper) -> None:
+    if payload.name in SCHEDULE_NAMES:
+        _set_schedule(run, payload)
+        return
     opt = run.engine.optimizer
+    if payload.name == "learning_rate" and getattr(run.engine, "live_schedule", None) is not None:
+        raise Refused("set_hyper learning_rate refused: this run's learning rate is a "
+                      f"{run.engine.live_schedule.class_name} schedule; change its parameters "
+                      "or pick constant (set_schedule)")
     try:
         value = opt.spec(payload.name).validate(payload.value)
         old = opt.hyper_values()[payload.name]
@@ -115,6 +139,57 @@ def _set_hyper(run: "_Run", command_id: int, payload: SetHyper) -> None:
     run.buffers["hyper_changes"].append(
         HyperChangeRow(run.step + 1, payload.name, old, new, payload.source))
     run.flush(wait=True)  # the row is readable once the command reads `done`
+    run.save_optimizer()
+
+
+TRACES_ROW = "step traces"  # hyper_changes row of a change that recompiled the step
+
+
+def _set_schedule(run: "_Run", payload: SetHyper) -> None:
+    """`set_hyper` of `lr_schedule` or `decay` (see the module docstring)."""
+    engine = run.engine
+    if not hasattr(engine, "set_schedule"):
+        raise Refused(f"set_hyper {payload.name} refused: this engine has no live schedule")
+    schedule, decay = engine.schedule_values(), engine.decay
+    if payload.name == "lr_schedule":
+        try:
+            schedule = validate_schedule("lr_schedule", payload.value)
+        except ScheduleError as error:
+            raise Refused(str(error)) from None
+    else:
+        low, high = setting_fields.bounds("decay")
+        value = payload.value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                low <= value <= high):  # NaN fails too
+            raise Refused(f"decay={value!r} refused: must be a float in [{low:g}, {high:g}]")
+        decay = float(value)
+    live = engine.live_schedule
+    assign = decay == engine.decay and (
+        (schedule is None and live is None)
+        or (schedule is not None and live is not None and live.same_structure(schedule)))
+    if not assign and run.hyper is not None:
+        raise Refused("set_schedule refused: this change rebuilds the step (a retrace) and the "
+                      "run follows hyper-gradients, whose tangents hold the old schedule; change "
+                      "numbers of the same schedule only, or start a new run")
+    before = recording.schedule_parameter_values(engine.schedule_values())
+    traces = engine.traces
+    try:
+        kind, changes = engine.set_schedule(schedule, decay, None)
+    except (InvalidHyperparameter, ValueError) as error:
+        raise Refused(_message(error)) from None
+    step, source = run.step + 1, payload.source
+    after = recording.schedule_parameter_values(engine.schedule_values())
+    rows = [HyperChangeRow(step, name, before.get(name), value, source)
+            for name, value in after.items() if before.get(name) != value]
+    if "decay" in changes:
+        rows.append(HyperChangeRow(step, "decay", *changes["decay"], source))
+    if kind == "retrace":
+        old, new = changes.get("lr_schedule", ("", ""))
+        what = f"{old} -> {new}" if old != new else f"decay {engine.decay:g}"
+        rows.append(HyperChangeRow(step, TRACES_ROW, traces, engine.traces,
+                                   f"{source}: {what} (retrace)"[:64]))
+    run.buffers["hyper_changes"] += rows
+    run.flush(wait=True)  # the rows (and the new trace count) are readable once `done`
     run.save_optimizer()
 
 

@@ -1,10 +1,12 @@
 """Starting and steering runs: what the pages and the CLI call. Never imports TensorFlow itself
 (it imports `settings.run_config`, whose optimizer registry does).
 
-A run is a separate process (`python -m runs.worker`) started with `start_run` (the pool and
-the launch are in `runs.pool`); everything else goes through the run store: `set_hyper`,
-`pause`, `resume`, `step`, `set_speed`, `stop`, `autotune`, `response_slice` queue commands the
-process polls about every 0.1 s, and the `wait_for_*` helpers (`runs.waiting`) poll the store.
+A run is a separate process started with `start_run`: a warm worker that already imported
+TensorFlow (`runs.warm_pool`, kept by the server with `keep_warm`), else a cold
+`python -m runs.worker` (the pool and the launch are in `runs.pool`); either trains that one
+run and exits. Everything else goes through the run store: `set_hyper`, `pause`, `resume`,
+`step`, `set_speed`, `stop`, `autotune`, `response_slice` queue commands the process polls
+about every 0.1 s, and the `wait_for_*` helpers (`runs.waiting`) poll the store.
 `pause`, `resume`, `step`, `set_speed` and `stop` are idempotent while pending: a repeat of a
 command still pending returns its id instead of queueing a twin (`send_command_once`).
 
@@ -31,9 +33,11 @@ from runs.admission import MEMORY_BUDGET_ENV, estimate_mb, memory_budget_mb
 from runs.ownership import LOCAL, Caller, NotOwner  # noqa: F401  (re-exported for the pages)
 from runs.pool import (  # noqa: F401  (re-exported: the pool's public names)
     _PROCESSES, DEFAULT_POOL_SIZE, MAX_POOL_SIZE, POOL_SIZE_ENV, PROJECT_ROOT, TAB_CLOSE_ENV,
-    TAB_CLOSE_POLICIES, dispatch, log_path, pool_size, reap, tab_close_policy,
+    TAB_CLOSE_POLICIES, WARM_ENV, dispatch, log_path, pool_size, reap, tab_close_policy,
+    warm_enabled,
 )
 from runs.processes import same_process_alive
+from runs.warm_pool import keep_warm, shutdown as shutdown_warm_pool  # noqa: F401  (re-exported)
 from runs.waiting import (  # noqa: F401  (re-exported: what the CLI and tests call)
     POLL_S, command, wait_for_command, wait_for_status, wait_for_step,
 )
@@ -54,6 +58,9 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
     The run is stored `queued`, owned by `caller` (no owner for `LOCAL`); `dispatch` then
     starts it at once when fewer than `pool_size()` runs are active and its estimated memory
     fits the budget, otherwise it waits for a run to end (see `RunStore.queue_positions`).
+    A page's caller (not `LOCAL`: the pages live in the long-lived server) also makes this
+    process keep warm workers (`keep_warm`), so the next runs start without a TensorFlow import;
+    the CLI and tests call `keep_warm` themselves when they want them.
 
     Args:
         on_tab_close: `finish` or `stop` (see `tab_close_policy`); the worker only acts on
@@ -82,6 +89,8 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
                               owner=None if caller.local else caller.owner)
     store.update_run(run_id, on_tab_close=on_tab_close)
     dispatch(store, size)
+    if not caller.local:
+        keep_warm(store)
     return run_id
 
 
@@ -106,10 +115,28 @@ def set_hyper(store: RunStore, run_id: int, name: str, value: Any, source: str =
         NotOwner: `caller` does not own the run.
         InvalidHyperparameter: `value` is refused by the optimizer's spec (checked here first).
         KeyError: the run's optimizer has no hyperparameter `name`.
-        ValueError: the run is not active.
+        ValueError: the run is not active; for `name` "lr_schedule" (`value` a serialized
+            schedule or None = constant) a schedule refused by `optimizers.schedule_specs`
+            (ScheduleError), for "decay" a value outside the settings table's range. Both are
+            run settings the run process changes between two steps (`runs.commands`).
     """
     run = _active_run(store, run_id, caller, "set_hyper")
     config = run["config"]
+    if name in ("lr_schedule", "decay"):
+        from optimizers.schedule_specs import validate_schedule
+        from settings import fields
+
+        if name == "lr_schedule":
+            checked = validate_schedule("lr_schedule", value)
+        else:
+            low, high = fields.bounds("decay")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    low <= value <= high):
+                raise ValueError(f"decay={value!r} refused: must be a float in "
+                                 f"[{low:g}, {high:g}]")
+            checked = float(value)
+        return store.send_command(run_id, "set_hyper", {"name": name, "value": checked,
+                                                        "source": source})
     specs = {s.name: s for s in registry.specs(config["optimizer"], config.get("options"))}
     if name not in specs:
         raise KeyError(

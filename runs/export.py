@@ -86,7 +86,7 @@ def export_config(run: dict[str, Any]) -> dict[str, Any]:
     config = run["config"]
     name = config["optimizer"]
     try:
-        class_name = registry.get(name).__name__
+        class_name = registry.class_name(name)  # from the catalog: no class import
     except KeyError:
         class_name = ""
     return {

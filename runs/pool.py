@@ -1,9 +1,13 @@
-"""The run pool: how many runs train at once, the memory they may hold together, and the
-launch of run processes (`python -m runs.worker`). No Streamlit, no TensorFlow.
+"""The run pool: how many runs train at once, the memory they may hold together, and which
+process trains a run. No Streamlit, no TensorFlow.
 
 `dispatch` starts queued runs while the pool has a free place AND the memory budget room
 (`runs.admission`); it is called by `runs.control.start_run`, by a run process as it ends
-and by the pages' heartbeat.
+and by the pages' heartbeat. Each run it starts goes to a warm worker that is ready (TensorFlow
+already imported, `runs.warm_pool`; assigned in one transaction, `runs.worker_table.assign`),
+else to a cold process started for it (`python -m runs.worker`, `_launch`) - when no warm
+worker is free, or warm workers are off (`OPTIMIZER_LAB_WARM_WORKERS=off`). Either way the
+run trains alone in a fresh process that exits after it. The run's `worker` column says which.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
+from runs import worker_table
 from runs.admission import memory_budget_mb
 from runs.processes import process_start
 from runs.store import RunStore
@@ -21,6 +26,13 @@ from runs.store import RunStore
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # Popen objects of the run processes started by this process, reaped on every call.
 _PROCESSES: dict[int, subprocess.Popen] = {}
+# Popen objects of this process's idle warm workers, by (store path, worker id); filled by
+# `runs.warm_pool`. A worker given a run moves to `_PROCESSES` under the run id.
+_WARM_CHILDREN: dict[tuple[str, int], subprocess.Popen] = {}
+# Called after a run was given to a warm worker (`runs.warm_pool` wakes its refill thread).
+_ON_ASSIGN: list[Callable[[], None]] = []
+WARM_ENV = "OPTIMIZER_LAB_WARM_WORKERS"
+WARM_CHOICES = ("on", "off")
 POOL_SIZE_ENV = "OPTIMIZER_LAB_POOL_SIZE"
 DEFAULT_POOL_SIZE = 2
 MAX_POOL_SIZE = 64
@@ -30,9 +42,10 @@ TAB_CLOSE_POLICIES = ("finish", "stop")
 
 def reap() -> list[int]:
     """Collect finished child run processes (no zombies); returns the run ids reaped."""
-    done = [run_id for run_id, proc in _PROCESSES.items() if proc.poll() is not None]
+    # a copy: the warm pool's thread may add a run meanwhile
+    done = [run_id for run_id, proc in list(_PROCESSES.items()) if proc.poll() is not None]
     for run_id in done:
-        _PROCESSES.pop(run_id)
+        _PROCESSES.pop(run_id, None)
     return done
 
 
@@ -66,6 +79,27 @@ def pool_size() -> int:
     return size
 
 
+def warm_enabled() -> bool:
+    """Whether runs may go to warm workers: `OPTIMIZER_LAB_WARM_WORKERS` = `on` (default) or
+    `off` (every run gets a cold process, as before warm workers).
+
+    Raises:
+        ValueError: another value.
+    """
+    return _env_choice(WARM_ENV, "on", WARM_CHOICES) == "on"
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of a run process: this one's, `TF_USE_LEGACY_KERAS=1` (Keras 2 for
+    `tf.keras`), the project root first on `PYTHONPATH`, TensorFlow's C++ log at warnings."""
+    python_path = os.pathsep.join(
+        [str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    )
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=python_path)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
 def tab_close_policy() -> str:
     """What happens to a run when the browser session that started it closes:
     `OPTIMIZER_LAB_ON_TAB_CLOSE` = `finish` (default: it trains on, visible to any session) or
@@ -87,17 +121,39 @@ def dispatch(store: RunStore, size: int | None = None) -> list[int]:
     `claim_queued` marks it interrupted and gives the place to the next run).
 
     Raises:
-        ValueError: an invalid pool size or memory budget setting.
+        ValueError: an invalid pool size, memory budget or warm-workers setting.
     """
     reap()
+    warm = warm_enabled()  # settings checked before a run is claimed, never after
     started = store.claim_queued(pool_size() if size is None else size, memory_budget_mb())
     for run_id in started:
-        _launch(store, run_id)
+        if not (warm and _assign_warm(store, run_id)):
+            _launch(store, run_id)
     return started
 
 
+def _assign_warm(store: RunStore, run_id: int) -> bool:
+    """Give a claimed run to a ready warm worker; True when one took it. Its Popen (when this
+    process started it) becomes the run's entry of `_PROCESSES`, and the warm pool is woken to
+    start a replacement."""
+    try:
+        taken = worker_table.assign(store, run_id)
+    except Exception as error:  # noqa: BLE001 - a claimed run must get a process: go cold
+        print(f"warm assignment of run {run_id} failed, starting it cold: {error}",
+              file=sys.stderr)
+        return False
+    if taken is None:
+        return False
+    proc = _WARM_CHILDREN.pop((str(store.path), taken[0]), None)
+    if proc is not None:
+        _PROCESSES[run_id] = proc
+    for wake in list(_ON_ASSIGN):
+        wake()
+    return True
+
+
 def _launch(store: RunStore, run_id: int) -> None:
-    """Start the worker process of a claimed (`starting`) run.
+    """Start a cold worker process for a claimed (`starting`) run (`worker = 'cold'`).
 
     The process runs `python -m runs.worker --store <path> --run-id <id>` in the project
     root with `TF_USE_LEGACY_KERAS=1`, in its own session (it survives a Streamlit rerun and a
@@ -107,21 +163,16 @@ def _launch(store: RunStore, run_id: int) -> None:
     """
     path = log_path(store, run_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    python_path = os.pathsep.join(
-        [str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
-    env = dict(os.environ, TF_USE_LEGACY_KERAS="1", PYTHONPATH=python_path)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
         with open(path, "ab") as log:
             _PROCESSES[run_id] = subprocess.Popen(
                 [sys.executable, "-m", "runs.worker", "--store", str(store.path),
                  "--run-id", str(run_id)],
-                cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                cwd=PROJECT_ROOT, env=worker_env(), stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
     except OSError as error:  # no place lost: the run is failed, the next one may start
         store.set_status(run_id, "failed", f"the run process could not start: {error}")
         return
     pid = _PROCESSES[run_id].pid
-    store.update_run(run_id, pid=pid, pid_start=process_start(pid))
+    store.update_run(run_id, pid=pid, pid_start=process_start(pid), worker="cold")

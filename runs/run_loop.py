@@ -12,6 +12,12 @@ a `step` command trains exactly one step of a paused run (flushed at once, still
 `set_speed` command paces the loop: at most `steps_per_second` steps per second, sleeping (and
 polling) between steps; None is full speed.
 
+A run with a learning-rate schedule or `decay` (at start or set live by `set_schedule`) also
+buffers, on every recorded step, the effective learning rate that step used
+(`recording.EFFECTIVE_LR` scalar rows, read with `Engine.effective_learning_rate` just before
+the step); schedule-valued `hyper_changes` rows are expanded into their numbers
+(`recording.hyper_change_rows`) before they reach the store.
+
 A run whose config follows hyper-gradients trains through `hypergrad.stepper.HyperStepper` and
 also buffers `hypergradients` rows every `hypergradient_every` steps (and at step 1; reverse mode
 every `reverse_every` steps when `reverse_horizon` > 0), auto-tune changes every
@@ -31,6 +37,7 @@ import numpy as np
 
 from engine import recording
 from engine.record_rows import ScalarRow
+from optimizers.hyper_kinds import hyper_kinds_table
 from runs import commands
 from runs.store import RunStore
 
@@ -46,6 +53,16 @@ TAB_CHECK_EVERY_S = 5.0
 
 class _Diverged(Exception):
     """The run diverged; the message names the step and the quantity."""
+
+
+def _hyper_kinds(opt, engine) -> list[dict[str, Any]]:
+    """`hyper_kinds_table` rows (in the run's dtype) for the Config tab; a teaching table that
+    fails (e.g. a float16 run, or a plugin's unusual `_hyper`) must not stop the run: it
+    records the error instead."""
+    try:
+        return hyper_kinds_table(opt, engine.config.dtype)
+    except Exception as error:  # noqa: BLE001 - shown on the Config tab, the run goes on
+        return [{"name": "(table unavailable)", "kind": f"{type(error).__name__}: {error}"}]
 
 
 class _Run:
@@ -70,6 +87,7 @@ class _Run:
         self.stop_message = ""
         self.last_flush = self.last_poll = self.last_tab_check = time.monotonic()
         self.saved_traces = -1
+        self.last_lr: float | None = None  # the last recorded effective learning rate
         # Record batches are written by a writer thread (SQLite releases the GIL), so the
         # training thread does not wait for the disk; `flush(wait=True)` drains the queue.
         self._queue: queue.Queue = queue.Queue()
@@ -96,6 +114,7 @@ class _Run:
         """Hand the buffered records (one `store.append`) to the writer; `wait` drains it."""
         if self._error is not None:
             raise self._error
+        self.buffers["hyper_changes"] = recording.hyper_change_rows(self.buffers["hyper_changes"])
         self._queue.put({**self.buffers, "step": self.step})
         self.buffers = {k: [] for k in self.buffers}
         if self.stepper.traces != self.saved_traces:
@@ -121,7 +140,8 @@ class _Run:
     def save_optimizer(self) -> None:
         opt = self.engine.optimizer
         self.store.update_run(self.run_id, optimizer_config=_jsonable(opt.get_config()),
-                              hyper_variables=self.engine.hyper_variables())
+                              hyper_variables=self.engine.hyper_variables(),
+                              hyper_kinds=_hyper_kinds(opt, self.engine))
 
     # ----- commands -----------------------------------------------------------------------
     def poll(self) -> None:
@@ -175,6 +195,7 @@ class _Run:
         step = self.step + 1
         hist = self.histogram(step) or step == self.total
         record = hist or self.record(step) or step == self.total
+        lr = self.effective_lr() if record else None  # before the step: the rate it uses
         loss, stats, hists = self.stepper.step(record, hist)
         loss = float(loss)
         if not math.isfinite(loss):
@@ -191,6 +212,9 @@ class _Run:
             raise _Diverged(f"diverged at step {step}: {slot} of {variable} is not finite "
                             f"({detail})")
         if record:
+            if lr is not None:
+                self.buffers["scalars"].append(ScalarRow(step, recording.EFFECTIVE_LR, lr))
+                self.last_lr = lr
             self.buffers["scalars"].append(ScalarRow(step, "train_loss", self.meter.take()))
             self.buffers["slot_stats"] += recording.stats_rows(step, self.engine.series, stats)
             if hist:
@@ -205,6 +229,15 @@ class _Run:
             self.flush()
             self.save_optimizer()
             self.save_meta()
+
+    def effective_lr(self) -> float | None:
+        """The learning rate the next step uses, when the run has (or had) a schedule or
+        `decay`; None for a constant rate (its `learning_rate` trace already says it)."""
+        engine = self.engine
+        if self.last_lr is None and getattr(engine, "live_schedule", None) is None \
+                and not getattr(engine, "decay", 0.0):
+            return None
+        return engine.effective_learning_rate()
 
     def hyper_records(self, step: int) -> None:
         """Hyper-gradient rows, reverse mode and auto-tune due at `step` (see the docstring)."""

@@ -1,5 +1,13 @@
 """The run store's SQL schema: the tables (see `runs.store` for what each holds) and the
-columns added to `runs` since the first stores (migrated on open by `RunStore`)."""
+columns added to `runs` since the first stores (migrated on open by `RunStore`).
+
+`workers` (one row per warm worker process, `runs.worker_table`): `state` goes `warming`
+(importing TensorFlow) -> `ready` (waiting for a run) -> `assigned` (a run id written by
+`assign`, one transaction) -> `running` (the worker took it) -> `gone` (exited); `retired`
+asks an idle worker to exit (pool shut down). `parent_pid` is the process whose pool started
+it; `env` (JSON) the `OPTIMIZER_LAB_*` variables of the dispatcher at assignment (the plugin
+folder it loaded may be newer than the worker).
+"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -67,6 +75,19 @@ CREATE TABLE IF NOT EXISTS run_events (
     actor TEXT NOT NULL DEFAULT '', detail TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS run_events_run ON run_events (run_id, id);
+CREATE TABLE IF NOT EXISTS workers (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    state TEXT NOT NULL DEFAULT 'warming',
+    pid INTEGER,
+    pid_start INTEGER,
+    parent_pid INTEGER NOT NULL,
+    ready_at REAL,
+    run_id INTEGER,
+    assigned_at REAL,
+    env TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX IF NOT EXISTS workers_state ON workers (state);
 """
 # Columns added to `runs` after the first release: (name, SQL type and default). Added with a
 # guarded ALTER TABLE so that older store files still open.
@@ -75,12 +96,21 @@ CREATE INDEX IF NOT EXISTS run_events_run ON run_events (run_id, id);
 # `owner`: the owner id of the browser session that started the run (`runs.ownership`); NULL
 # for runs started from the CLI and for runs of stores created before owners were recorded.
 # `pid_start`: the start time of the run's process (clock ticks since boot, `runs.processes`).
+# `worker`: which kind of process trained the run: `warm` (a warm worker that had TensorFlow
+# imported before the run was assigned, `runs.warm_pool`), `cold` (a process started for it),
+# '' (not started yet, or a run trained in the caller's process).
+# `taken_at`: when that process took the run (Unix s; after its TensorFlow import for `cold`);
+# `taken_at - created` is the wait from Start to a process able to build the run.
 ADDED_RUN_COLUMNS = (
     ("hypergradient_meta", "TEXT NOT NULL DEFAULT '{}'"),
     ("viewer_heartbeat", "REAL"),
     ("on_tab_close", "TEXT NOT NULL DEFAULT 'finish'"),
     ("owner", "TEXT"),
     ("pid_start", "INTEGER"),
+    ("worker", "TEXT NOT NULL DEFAULT ''"),
+    ("taken_at", "REAL"),
+    # `optimizers.hyper_kinds.hyper_kinds_table` rows: what `_set_hyper` stored per hyperparameter
+    ("hyper_kinds", "TEXT NOT NULL DEFAULT '[]'"),
 )
 JSON_RUN_COLUMNS = ("config", "optimizer_config", "hyper_variables", "versions",
-                    "hypergradient_meta")
+                    "hypergradient_meta", "hyper_kinds")

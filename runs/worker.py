@@ -1,4 +1,6 @@
-"""The run process: `python -m runs.worker --store PATH --run-id N`.
+"""The run process: `python -m runs.worker --store PATH --run-id N` (a cold process started
+for one run), or a warm worker (`runs.warm_worker`) that had TensorFlow imported before the run
+was assigned to it; both train exactly one run (`run_one`) and exit.
 
 Reads the run's `RunConfig` from the store, trains, and writes everything back to the store;
 the pages only ever talk to it through the store (records out, commands in). `train()` runs a
@@ -192,7 +194,8 @@ def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point; returns the process exit code (0 unless the run failed)."""
+    """CLI entry point of a cold run process (started for one run, `runs.pool._launch`);
+    returns the process exit code (0 unless the run failed)."""
     parser = argparse.ArgumentParser(description="Run one Optimizer Lab training run.")
     parser.add_argument("--store", required=True, help="path of the run-store SQLite file")
     parser.add_argument("--run-id", type=int, required=True)
@@ -203,16 +206,26 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         store = RunStore(args.store)
+        # TensorFlow is imported (this module's imports): the process can take the run now
+        store.update_run(args.run_id, taken_at=time.time())
     except StoreUnavailable as error:
         _log(f"run {args.run_id} cannot start: {error}")
         return 1
+    return run_one(store, args.run_id, max_wall_s=args.max_wall_s,
+                   full_recording=args.full_recording)
+
+
+def run_one(store: RunStore, run_id: int, max_wall_s: float | None = None,
+            full_recording: bool = False) -> int:
+    """Train one run in this process (`train`), report a failure on stderr, then hand the pool
+    place over (`_hand_over`); returns the exit code of the process (0 unless the run failed).
+    Shared by the cold process (`main`) and the warm worker (`runs.warm_worker`)."""
     try:
-        train(args.run_id, store, max_wall_s=args.max_wall_s,
-              full_recording=args.full_recording)
+        train(run_id, store, max_wall_s=max_wall_s, full_recording=full_recording)
     except StoreUnavailable:  # already logged in one line by `train`: no traceback
         return 1
     except Exception as error:  # noqa: BLE001 - reported in the store and on stderr
-        print(f"run {args.run_id} failed: {type(error).__name__}: {error}", file=sys.stderr)
+        print(f"run {run_id} failed: {type(error).__name__}: {error}", file=sys.stderr)
         import traceback
 
         traceback.print_exc()

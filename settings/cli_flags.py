@@ -5,7 +5,9 @@ per hyperparameter (`--learning-rate`, from every registered `HyperSpec`) and op
 By the field's kind (`settings.fields.kind`): an int field is `--steps N` (`type=int`, its range
 in the help), a choice `--dtype {float32,float64}` (argparse `choices`), a string `--device TEXT`,
 a list `--hypergradients NAME [NAME ...]`, a name -> value field other than hyperparameters and
-options `--autotune NAME=X` (repeatable). `values_from_args` turns the parsed flags back into a
+options `--autotune NAME=X` (repeatable), a float `--decay X`, the schedule `--lr-schedule JSON`
+(Keras's serialized form, read with `json.loads` only; `constant` or `null` = none).
+`values_from_args` turns the parsed flags back into a
 `RunConfig`-shaped dict for `settings.decode.decode(values, COMMAND_LINE)`; `to_argv` writes a
 config as flags (the inverse). Pure argparse: no Streamlit, no TensorFlow of its own.
 """
@@ -13,6 +15,7 @@ config as flags (the inverse). Pure argparse: no Streamlit, no TensorFlow of its
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 from optimizers import registry
@@ -83,6 +86,21 @@ def _pair(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"{number!r} is not a number (in {text!r})") from None
 
 
+def _schedule(text: str) -> dict[str, Any] | None:
+    """`--lr-schedule` text: `constant`/`null`, or a JSON object (validated by `RunConfig`)."""
+    if text.strip().lower() in ("constant", "null", "none"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON ({error}); give e.g. "
+                                         '\'{"class_name": "ExponentialDecay", "config": '
+                                         '{"decay_steps": 100}}\' or constant') from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"a JSON object or constant, not {text[:40]!r}")
+    return value
+
+
 def add_run_flags(parser: argparse.ArgumentParser) -> None:
     """Add one flag per `RunConfig` field, hyperparameter and option (all default to None =
     not given).
@@ -97,6 +115,10 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
         common: dict[str, Any] = dict(dest=field, default=None, help=fields.help_text(field))
         if kind == "int":
             parser.add_argument(flag(field), type=int, metavar="N", **common)
+        elif kind == "float":
+            parser.add_argument(flag(field), type=float, metavar="X", **common)
+        elif kind == "schedule":
+            parser.add_argument(flag(field), type=_schedule, metavar="JSON", **common)
         elif kind == "choice":
             parser.add_argument(flag(field), choices=fields.choices(field), **common)
         elif kind == "str":
@@ -131,7 +153,7 @@ def values_from_args(args: argparse.Namespace) -> dict[str, Any]:
         if field in EXPANDED:
             continue
         value = getattr(args, field)
-        if value is None:
+        if value is None:  # not given (or `--lr-schedule constant`: the default)
             continue
         out[field] = dict(value) if fields.kind(field) == "mapping" else value
     hypers = {n: getattr(args, f"hp_{n}") for n in hyper_specs()}
@@ -162,6 +184,11 @@ def to_argv(config: RunConfig) -> list[str]:
         elif kind == "names":
             if value:
                 argv += [flag(field), *value]
+        elif kind == "schedule":
+            if value:
+                argv += [flag(field), json.dumps(value, separators=(",", ":"))]
+        elif kind == "float":
+            argv += [flag(field), repr(float(value))]
         else:
             argv += [flag(field), str(value)]
     return argv

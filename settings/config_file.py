@@ -9,7 +9,9 @@ Accepted documents (a JSON object, at most `MAX_BYTES` bytes, UTF-8):
 3. a Keras-style optimizer entry: `{"class_name": "Adam", "config": {"learning_rate": ...}}`,
    optionally with RunConfig fields beside it (`dataset`, `steps`, ...). The class name must be
    a registered optimizer's class or registry name; the config's hyperparameters and options
-   are checked against its specs.
+   are checked against its specs. A `learning_rate` that is a serialized schedule
+   (`{"class_name": "ExponentialDecay", "config": {...}}`, as Keras writes one) becomes the
+   run's `lr_schedule`, and a non-zero `decay` the run's `decay`.
 
 Safety: the text is parsed with `json.loads` only (no pickle, no YAML tags); names are looked
 up in `optimizers.registry` and nothing named in the file is ever imported or evaluated: a
@@ -91,11 +93,9 @@ def _walk(value: Any, path: str, depth: int = 0) -> None:
 
 def _class_names() -> dict[str, str]:
     """Registered class name or registry name -> registry name."""
-    out = {name: name for name in registry.OPTIMIZERS}
-    for name, cls in registry.OPTIMIZERS.items():
-        # first wins: a plugin class named like a built-in one cannot take over its name
-        out.setdefault(cls.__name__, name)
-    return out
+    # from the catalog (no class import, no TensorFlow); first wins: a plugin class named like a
+    # built-in one cannot take over its name
+    return registry.class_names()
 
 
 def _not_registered(field: str, value: Any) -> ConfigImportError:
@@ -160,9 +160,14 @@ def _from_keras_entry(document: dict[str, Any]) -> dict[str, Any]:
     options = registry.option_defaults(name)
     hypers: dict[str, Any] = {}
     chosen: dict[str, Any] = {}
+    schedule: dict[str, Any] = {}
     for key, value in config.items():
         if key in options:
             chosen[key] = value
+        elif key == "learning_rate" and isinstance(value, dict):  # Keras's serialized schedule
+            schedule["lr_schedule"] = value
+        elif key == "decay":  # OptimizerV2's legacy time-based decay: a run setting
+            schedule["decay"] = value
         elif key in NEUTRAL_KERAS_KEYS:
             if key != "name" and key != "is_legacy_optimizer" and value != NEUTRAL_KERAS_KEYS[key]:
                 raise ConfigImportError(f"config.{key}", f"{value!r} refused: the lab's "
@@ -170,7 +175,11 @@ def _from_keras_entry(document: dict[str, Any]) -> dict[str, Any]:
         else:
             hypers[key] = value
     rest = {k: v for k, v in document.items() if k not in ("class_name", "config")}
-    return {**rest, "optimizer": name, "options": chosen, "hyperparameters": hypers}
+    for key in schedule:
+        if key in rest:  # two sources for one setting
+            source = "learning_rate" if key == "lr_schedule" else key
+            raise ConfigImportError(key, f"refused beside config.{source}: give it once")
+    return {**rest, **schedule, "optimizer": name, "options": chosen, "hyperparameters": hypers}
 
 
 def _from_export(document: dict[str, Any]) -> dict[str, Any]:

@@ -89,7 +89,7 @@ def hyper_model(optimizer: str, options: Mapping[str, Any] | None = None
     if key not in _MODELS:
         specs = registry.specs(optimizer, dict(options or {}))
         _MODELS[key] = pydantic.create_model(
-            f"{registry.get(optimizer).__name__}Hyperparameters",
+            f"{registry.class_name(optimizer)}Hyperparameters",
             __config__=ConfigDict(extra="forbid", allow_inf_nan=False),
             **{spec.name: _bounded_float(spec) for spec in specs})
     return _MODELS[key]

@@ -15,11 +15,14 @@ import typing
 from typing import Any, Literal, Mapping
 
 from optimizers import registry
+from optimizers.schedule_specs import SCHEDULE_SPECS, param_text, parse_param_text, params
 from settings.run_config import RunConfig, allowed
 
-# Kinds of field, from the annotation: "int", "choice" (a Literal), "str", "names" (list[str]),
-# "mapping" (dict name -> value; `hyperparameters`, `options`, `autotune`).
-KINDS = ("int", "choice", "str", "names", "mapping")
+# Kinds of field, from the annotation: "int", "float", "choice" (a Literal), "str", "names"
+# (list[str]), "mapping" (dict name -> value; `hyperparameters`, `options`, `autotune`), and
+# "schedule" (declared with `kind` in the table: `lr_schedule`, a Keras serialized schedule).
+KINDS = ("int", "float", "choice", "str", "names", "mapping", "schedule")
+CONSTANT = "constant"  # the schedule picker's entry for "no schedule"
 
 
 def names() -> tuple[str, ...]:
@@ -45,10 +48,14 @@ def kind(field: str) -> str:
     """
     annotation = RunConfig.model_fields[field].annotation
     origin = typing.get_origin(annotation)
+    if extra(field).get("kind") in KINDS:
+        return extra(field)["kind"]
     if origin is Literal or extra(field).get("choices") == "registry":
         return "choice"
     if annotation is int:
         return "int"
+    if annotation is float:
+        return "float"
     if annotation is str:
         return "str"
     if origin is list and typing.get_args(annotation) == (str,):
@@ -65,8 +72,8 @@ def choices(field: str) -> tuple[str, ...]:
     return tuple(typing.get_args(RunConfig.model_fields[field].annotation))
 
 
-def bounds(field: str) -> tuple[int, int]:
-    """(min, max), both included, of an `int` field (its `ge`/`le`).
+def bounds(field: str) -> tuple[Any, Any]:
+    """(min, max), both included, of an `int` or `float` field (its `ge`/`le`), of its type.
 
     Raises:
         ValueError: the field does not declare both bounds.
@@ -75,7 +82,8 @@ def bounds(field: str) -> tuple[int, int]:
              for name in ("ge", "le") if hasattr(m, name)}
     if len(found) != 2:
         raise ValueError(f"RunConfig.{field} declares no [ge, le] bounds")
-    return int(found["ge"]), int(found["le"])
+    cast = float if kind(field) == "float" else int
+    return cast(found["ge"]), cast(found["le"])
 
 
 def default(field: str) -> Any:
@@ -100,17 +108,22 @@ def help_text(field: str) -> str:
 
 
 def number_input_args(field: str) -> dict[str, Any]:
-    """Keyword arguments of `st.number_input` for an `int` field: label, bounds, step, key, help.
+    """Keyword arguments of `st.number_input` for an `int` or `float` field: label, bounds,
+    step, key, help (and a `format` showing small floats).
 
     Raises:
-        ValueError: `field` is not an `int` field with bounds.
+        ValueError: `field` is not an `int`/`float` field with bounds.
     """
-    if kind(field) != "int":
-        raise ValueError(f"RunConfig.{field} is a {kind(field)}, not an int")
+    if kind(field) not in ("int", "float"):
+        raise ValueError(f"RunConfig.{field} is a {kind(field)}, not a number")
     low, high = bounds(field)
-    return dict(label=label(field), min_value=low, max_value=high,
-                step=int(extra(field).get("step", 1)), key=session_key(field),
+    cast = float if kind(field) == "float" else int
+    args = dict(label=label(field), min_value=low, max_value=high,
+                step=cast(extra(field).get("step", 1)), key=session_key(field),
                 help=help_text(field))
+    if cast is float:
+        args["format"] = "%.6g"
+    return args
 
 
 def int_fields(group: str = "run") -> tuple[str, ...]:
@@ -119,9 +132,63 @@ def int_fields(group: str = "run") -> tuple[str, ...]:
     return tuple(f for f in names() if kind(f) == "int" and extra(f).get("group", "run") == group)
 
 
+def param_prefix(field: str) -> str:
+    """The link prefix of a schedule field's parameters (`lrs.`); "" for others."""
+    return extra(field).get("param_prefix", "")
+
+
 def session_key(field: str) -> str:
     """The Train page's session-state key of `field` (`widget` in the table, else the name)."""
     return extra(field).get("widget", field)
+
+
+def schedule_class_key() -> str:
+    """Session key of the schedule picker (`constant` or a class name)."""
+    return session_key("lr_schedule") + "class"
+
+
+def schedule_key(class_name: str, param: str) -> str:
+    """Session key of one schedule parameter's widget: `lrs_<Class>_<param>`. List parameters
+    are held as their link text (`300,600`), the others as values (None = an empty input)."""
+    return f"{session_key('lr_schedule')}{class_name}_{param}"
+
+
+def schedule_session_values(schedule: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Session keys -> values showing `schedule` (picker + that class's parameters)."""
+    if not schedule:
+        return {schedule_class_key(): CONSTANT}
+    name = schedule["class_name"]
+    out: dict[str, Any] = {schedule_class_key(): name}
+    for spec in params(name):
+        value = schedule["config"].get(spec.name, spec.default)
+        out[schedule_key(name, spec.name)] = (param_text(value) if spec.kind in ("ints", "floats")
+                                              else value)
+    return out
+
+
+def schedule_from_session(state: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The (unvalidated) serialized schedule the session's picker describes; None = constant.
+
+    Raises:
+        ScheduleError: a list parameter's text is not comma-separated numbers.
+    """
+    name = state.get(schedule_class_key(), CONSTANT)
+    if name == CONSTANT or name not in SCHEDULE_SPECS:
+        return None if name == CONSTANT else {"class_name": name, "config": {}}
+    config: dict[str, Any] = {}
+    for spec in params(name):
+        key = schedule_key(name, spec.name)
+        if key not in state:
+            continue  # not shown yet: the spec's default
+        value = state[key]
+        if spec.kind in ("ints", "floats") and isinstance(value, str):
+            value = parse_param_text(f"lr_schedule.config.{spec.name}", name, spec.name, value)
+        elif spec.kind == "int" and value is not None:
+            value = int(value)
+        elif spec.kind == "float" and value is not None:
+            value = float(value)
+        config[spec.name] = value
+    return {"class_name": name, "config": config}
 
 
 def hyper_prefix(optimizer: str, options: Mapping[str, Any]) -> str:
@@ -163,6 +230,8 @@ def session_values(config: RunConfig) -> dict[str, Any]:
                 out[names_key(config.optimizer)] = list(value)
         elif field == "device":
             out[session_key(field)] = value or "auto"
+        elif kind(field) == "schedule":
+            out.update(schedule_session_values(value))
         else:
             out[session_key(field)] = value.copy() if isinstance(value, (dict, list)) else value
     return out
@@ -204,10 +273,14 @@ def config_from_session(state: Mapping[str, Any]) -> RunConfig:
                              if follow else [])
         elif field == "device":
             values[field] = "" if state.get(key, "auto") == "auto" else state[key]
+        elif kind(field) == "schedule":
+            values[field] = schedule_from_session(state)
         elif key not in state:
             continue  # not on the page (yet): the table's default
         elif kind(field) == "int":
             values[field] = int(state[key])
+        elif kind(field) == "float":
+            values[field] = float(state[key])
         else:
             values[field] = state[key]
     if not follow:

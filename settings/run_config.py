@@ -12,9 +12,11 @@ import re
 import typing
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from optimizers import registry
+from optimizers.schedule_specs import SCHEDULE_SPECS, float_params, validate_schedule
 
 Dataset = Literal["digits", "breast_cancer", "moons", "tokens"]
 Model = Literal["logistic", "mlp", "cnn", "embedding"]
@@ -40,6 +42,13 @@ class RunConfig(BaseModel):
         optimizer: a registry name (`optimizers.registry.names()`).
         hyperparameters: `_set_hyper` name -> float; missing ones take the spec default.
         options: plain optimizer options (e.g. `amsgrad`, `nesterov`, `centered`).
+        lr_schedule: None (a constant learning rate) or a Keras serialized schedule
+            `{"class_name": ..., "config": {...}}` of one of
+            `optimizers.schedule_specs.SCHEDULE_SPECS` (checked there, TF-free); when set it
+            replaces the `learning_rate` hyperparameter's value (the run passes
+            `learning_rate=schedule`). Stored with every parameter filled in.
+        decay: the legacy OptimizerV2 time-based decay, lr / (1 + decay * iterations), in
+            [0, 1] (Keras takes any float >= 0; beyond 1 the rate halves within one step).
         dataset, model: see `DATASETS`, `MODELS`, `COMPATIBLE_MODELS`.
         batch_size: examples per step, 1..4096.
         steps: optimizer steps (`apply_gradients` calls), 1..1,000,000.
@@ -48,7 +57,9 @@ class RunConfig(BaseModel):
             first GPU, else CPU.
         eval_every: steps between validation-loss evaluations, 1..10,000.
         dtype: float dtype of the model and optimizer state.
-        hypergradients: followed hyperparameter names (each one of the optimizer's specs);
+        hypergradients: followed hyperparameter names (each one of the optimizer's specs, or
+            `lr_schedule.<name>` for a float parameter of the schedule; `learning_rate` is
+            not followable when a schedule replaces it);
             empty = hyper-gradients off; refused for an optimizer that is not a pure rule
             (`registry.is_rule`, e.g. lookahead). When set, the run trains through
             `hypergrad.forward.ForwardModeTrainer` (forward-mode tangents carried along).
@@ -79,6 +90,15 @@ class RunConfig(BaseModel):
         default_factory=dict, description="an object of option name -> value of the default's "
                                           "type (optimizers.registry.option_defaults)",
         json_schema_extra={"prefix": "opt.", "widget": "opt_"})
+    lr_schedule: dict[str, Any] | None = Field(
+        None, description="null (constant learning rate) or {\"class_name\": one of "
+                          + ", ".join(SCHEDULE_SPECS) + ", \"config\": {...}}",
+        json_schema_extra={"kind": "schedule", "widget": "lrs_", "param_prefix": "lrs.",
+                           "label": "learning-rate schedule",
+                           "help": "a Keras LearningRateSchedule replacing learning_rate"})
+    decay: float = Field(0.0, ge=0.0, le=1.0, json_schema_extra={
+        "label": "decay (legacy)", "step": 0.0001,
+        "help": "OptimizerV2's time-based decay: lr / (1 + decay * iterations)"})
     dataset: Dataset = Field(
         "digits", json_schema_extra={"help": "a bundled dataset (scikit-learn or synthetic)"})
     model: Model = Field(
@@ -118,6 +138,12 @@ class RunConfig(BaseModel):
         "help": "steps between RTHO updates (switched on per hyperparameter on the "
                 "Hyper-gradients page)"})
 
+    @field_validator("lr_schedule", mode="before")
+    @classmethod
+    def _check_schedule(cls, value: Any) -> dict[str, Any] | None:
+        # before pydantic's own parsing: only the spec table decides, nothing is called
+        return validate_schedule("lr_schedule", value)
+
     @model_validator(mode="after")
     def _check_optimizer_and_model(self) -> "RunConfig":
         try:
@@ -132,11 +158,23 @@ class RunConfig(BaseModel):
                 f"model={self.model!r} refused for dataset={self.dataset!r}: "
                 f"allowed {', '.join(COMPATIBLE_MODELS[self.dataset])}"
             )
+        if self.lr_schedule is not None and "learning_rate" not in self.hyperparameters:
+            raise ValueError(f"lr_schedule={self.lr_schedule['class_name']!r} refused: "
+                             f"{self.optimizer} has no learning_rate to schedule")
         self._check_hypergradients()
         return self
 
-    def _check_hypergradients(self) -> None:
+    def followable(self) -> list[str]:
+        """Hyperparameter names whose hyper-gradient this config may follow: the optimizer's
+        specs (without `learning_rate` when a schedule replaces it) and `lr_schedule.<name>` for
+        each float parameter of the schedule."""
         names = [s.name for s in registry.specs(self.optimizer, self.options)]
+        if self.lr_schedule is not None:
+            names = [n for n in names if n != "learning_rate"]
+        return names + [f"lr_schedule.{n}" for n in float_params(self.lr_schedule)]
+
+    def _check_hypergradients(self) -> None:
+        names = self.followable()
         followed = list(dict.fromkeys(self.hypergradients))
         if followed and not registry.is_rule(self.optimizer):
             raise ValueError(
@@ -186,6 +224,8 @@ def allowed(field: str) -> str:
               if hasattr(m, name)}
     if info.annotation is int and len(bounds) == 2:
         return f"an integer in [{bounds['ge']}, {bounds['le']}]"
+    if info.annotation is float and len(bounds) == 2:
+        return f"a float in [{bounds['ge']:g}, {bounds['le']:g}]"
     return f"a {getattr(info.annotation, '__name__', str(info.annotation))}"
 
 
@@ -209,6 +249,10 @@ def describe_error(error: ValidationError) -> tuple[str, str]:
         fields = ", ".join(RunConfig.model_fields)
         return field, f"{message}: unknown field; allowed fields: {fields}"
     if first["type"] == "value_error":
+        # a nested refusal names its own path: `lr_schedule.config.decay_steps=0 refused ...`
+        nested = re.match(r"([\w.\[\]]+)=", message)
+        if nested and nested.group(1).startswith(field + "."):
+            field = nested.group(1)
         return field, message
     if first["type"] == "string_pattern_mismatch":  # the regex itself tells a user nothing
         message = "refused: not in the expected form"

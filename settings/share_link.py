@@ -9,7 +9,10 @@ link carries every field (all values are strings):
     omitted when ""); a list field comma-joined (`hypergradients=learning_rate,beta_1`, omitted
     when empty); a name -> value field one key per name under its table prefix:
     `hp.<name>` (`repr` of the float, so it round-trips exactly), `opt.<name>` (`true`/`false`
-    for bools), `autotune.<name>`.
+    for bools), `autotune.<name>`; a float field (`decay`) as its `repr`; the schedule
+    (`lr_schedule`) as its class name plus one key per parameter under the table's
+    `param_prefix`: `lr_schedule=CosineDecay&lrs.decay_steps=1000&lrs.warmup_target=0.1`
+    (lists comma-joined: `lrs.boundaries=300,600`; a null parameter omitted).
 
 Nothing in the URL is evaluated: numbers must be plain ASCII decimals (`INT_SYNTAX`,
 `FLOAT_SYNTAX`: no `1_000`, no `0x10`, no `nan`) before `int()`/`float()` read them, booleans
@@ -27,13 +30,16 @@ from typing import Any, Mapping
 from optimizers import registry
 from settings import fields
 from settings.decode import SettingError, Source, decode
+from optimizers.schedule_specs import SCHEDULE_SPECS, ScheduleError, param_text, parse_param_text
 from settings.run_config import RunConfig, allowed
 
 MAX_VALUE_CHARS = 64
+MAX_LIST_CHARS = 256  # a schedule's list (17 values of up to 15 characters)
 # Python's int()/float() also take "1_000", " 7 ", Unicode digits and "nan": a link is stricter.
 INT_SYNTAX = re.compile(r"[+-]?[0-9]+")
 FLOAT_SYNTAX = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-NAME_SYNTAX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# a hyperparameter name, or `lr_schedule.<param>` (a followed schedule parameter)
+NAME_SYNTAX = re.compile(r"(lr_schedule\.)?[A-Za-z_][A-Za-z0-9_]{0,63}")
 NON_FINITE = ("inf", "infinity", "nan")
 
 
@@ -46,6 +52,8 @@ def url_key(path: str) -> str:
     top, _, rest = path.partition(".")
     if top in RunConfig.model_fields and fields.prefix(top):
         return fields.prefix(top) + rest if rest else fields.prefix(top).rstrip(".")
+    if top in RunConfig.model_fields and fields.param_prefix(top) and rest.startswith("config."):
+        return fields.param_prefix(top) + rest.removeprefix("config.")
     return path
 
 
@@ -72,20 +80,49 @@ def to_query_params(config: RunConfig) -> dict[str, str]:
         elif kind == "names":
             if value:
                 out[field] = ",".join(value)
+        elif kind == "schedule":
+            if value:
+                out[field] = value["class_name"]
+                out.update({fields.param_prefix(field) + k: param_text(v)
+                            for k, v in value["config"].items() if v is not None})
         elif value != "":
             out[field] = _text(value)
     return out
 
 
-def _one(params: Mapping[str, Any], key: str) -> str:
+def _one(params: Mapping[str, Any], key: str, limit: int = MAX_VALUE_CHARS) -> str:
     value = params[key]
     if isinstance(value, (list, tuple)):  # a repeated key: take the last, like st.query_params
         value = value[-1] if value else ""
     value = str(value)
-    if len(value) > MAX_VALUE_CHARS:
+    if len(value) > limit:
         raise QueryParamsError(key, f"value refused: {len(value)} characters, at most "
-                                    f"{MAX_VALUE_CHARS}")
+                                    f"{limit}")
     return value
+
+
+def _schedule(params: Mapping[str, Any], field: str) -> dict[str, Any] | None:
+    """The `lr_schedule` a link holds (class name + `lrs.` keys), typed but not yet validated
+    (`RunConfig` does that, naming `lrs.<param>`)."""
+    prefix = fields.param_prefix(field)
+    keys = [k for k in params if k.startswith(prefix)]
+    if field not in params:
+        if keys:
+            raise QueryParamsError(keys[0], f"refused without {field}=<class name>: one of "
+                                            f"{', '.join(SCHEDULE_SPECS)}")
+        return None
+    name = _one(params, field)
+    if name not in SCHEDULE_SPECS:
+        raise QueryParamsError(field, f"{name!r} refused: allowed {fields.CONSTANT} (omit the "
+                                      f"key) or one of {', '.join(SCHEDULE_SPECS)}")
+    config = {}
+    for key in keys:
+        try:
+            config[key[len(prefix):]] = parse_param_text(
+                key, name, key[len(prefix):], _one(params, key, MAX_LIST_CHARS))
+        except ScheduleError as error:
+            raise QueryParamsError(key, str(error)) from None
+    return {"class_name": name, "config": config}
 
 
 def _int(key: str, text: str, allowed_text: str = "an integer") -> int:
@@ -118,7 +155,8 @@ def _option(key: str, text: str, default: Any) -> Any:
 
 
 def _is_setup_key(key: str) -> bool:
-    prefixes = tuple(fields.prefix(f) for f in fields.names() if fields.prefix(f))
+    prefixes = tuple(p for f in fields.names() for p in (fields.prefix(f), fields.param_prefix(f))
+                     if p)
     return key in RunConfig.model_fields or key.startswith(prefixes)
 
 
@@ -158,10 +196,14 @@ def from_query_params(params: Mapping[str, Any]) -> RunConfig | None:
     values: dict[str, Any] = {}
     for field in fields.names():  # the scalar and list fields, by their kind
         kind = fields.kind(field)
+        if kind == "schedule":
+            values[field] = _schedule(params, field)
+            continue
         if kind == "mapping" or field not in params:
             continue
         text = _one(params, field)
         values[field] = (_int(field, text, allowed(field)) if kind == "int" else
+                         _float(field, text, allowed(field)) if kind == "float" else
                          _names(field, text) if kind == "names" else text)
     optimizer = values["optimizer"]
     defaults = registry.option_defaults(optimizer) if optimizer in registry.OPTIMIZERS else {}

@@ -207,7 +207,11 @@ def hyper_kinds(make=None) -> pd.DataFrame:
         `_get_hyper("learning_rate", float32)` after one step; a schedule is returned as
         itself), `decayed_lr` (what `_prepare_local` uses at step 2: the schedule evaluated at
         `iterations`), `serialized` (what `get_config` writes: a schedule as its Keras config,
-        a callable or tensor as its current value).
+        a callable or tensor as its current value), `aggregation` (a stored variable's
+        `tf.VariableAggregation` name, else "").
+
+    `optimizers.hyper_kinds` gives the same facts for every hyperparameter of any optimizer, before
+    and after `_create_hypers`, in either dtype (the Inside-one-step section and the run worker).
     """
     make = make or (lambda lr: tf_keras.optimizers.legacy.Adam(learning_rate=lr))
     schedule = tf_keras.optimizers.schedules.ExponentialDecay(0.01, decay_steps=1, decay_rate=0.5)
@@ -232,6 +236,9 @@ def hyper_kinds(make=None) -> pd.DataFrame:
         serialized = opt._serialize_hyperparameter("learning_rate")
         rows.append({
             "kind": kind, "stored_before": before, "stored_after": type(stored).__name__,
+            # how the variable is combined across replicas: ONLY_FIRST_REPLICA when
+            # `_create_hypers` made it, the variable's own (NONE by default) when passed in
+            "aggregation": stored.aggregation.name if isinstance(stored, tf.Variable) else "",
             "get_hyper": got, "decayed_lr": float(opt._decayed_lr(tf.float32)),
             "serialized": serialized if isinstance(serialized, (int, float)) else
             str(serialized)[:80],

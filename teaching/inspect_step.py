@@ -216,7 +216,9 @@ def hyper_table(optimizer: LegacyOptimizer, dtype: tf.DType = tf.float32) -> pd.
     """One row per `_hyper` entry: what is stored, `_get_hyper(name, dtype)`, serialized value.
 
     Columns: name, stored_type (`float` before `_create_hypers`, `ResourceVariable` after),
-    variable_name, variable_dtype, stored_value, get_hyper (value of the cast tensor),
+    variable_name, variable_dtype, aggregation (the variable's `tf.VariableAggregation` name:
+    `ONLY_FIRST_REPLICA` for the ones `_create_hypers` makes), stored_value, get_hyper (value of
+    the cast tensor),
     get_hyper_dtype, serialized (`_serialize_hyperparameter(name)`), serialized_type.
     """
     rows = []
@@ -229,6 +231,7 @@ def hyper_table(optimizer: LegacyOptimizer, dtype: tf.DType = tf.float32) -> pd.
             "stored_type": type(stored).__name__,
             "variable_name": stored.name if is_var else "",
             "variable_dtype": stored.dtype.name if is_var else "",
+            "aggregation": stored.aggregation.name if is_var else "",
             "stored_value": float(stored.numpy()) if is_var else float(stored),
             "get_hyper": float(tensor.numpy()) if tensor is not None else float("nan"),
             "get_hyper_dtype": tensor.dtype.name if tensor is not None else "(no variable yet)",

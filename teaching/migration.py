@@ -10,7 +10,7 @@ Imports Keras 3 (`keras`) beside `tf_keras`: only the page and the tests import 
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Callable
 
 import keras
 import numpy as np
@@ -68,7 +68,10 @@ def sources(cls: type, methods: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def _problem(dtype: tf.DType, steps: int, seed: int = 0):
+def parity_problem(dtype: tf.DType, steps: int, seed: int = 0):
+    """The parity problem: (start values [kernel [6, 4], bias [4], embedding [10, 3]] as
+    float64 arrays, `steps` batches, loss(kernel, bias, embedding, batch) -> scalar of `dtype`).
+    The embedding is read with `tf.gather`, so its gradient is a `tf.IndexedSlices`."""
     rng = np.random.default_rng(seed)
     start = (rng.normal(size=(6, 4)), rng.normal(size=4), rng.normal(size=(10, 3)))
     batches = [(rng.normal(size=(5, 6)), rng.normal(size=(5, 4)),
@@ -83,7 +86,9 @@ def _problem(dtype: tf.DType, steps: int, seed: int = 0):
     return start, batches, loss
 
 
-def _train(opt, variables, tensors, batches, loss) -> None:
+def train_steps(opt, variables, tensors, batches, loss) -> None:
+    """One `opt.apply_gradients` per batch; `tensors` are what the tape watches (the
+    `tf.Variable`s behind Keras 3 variables), `variables` what the optimizer updates."""
     for batch in batches:
         with tf.GradientTape() as tape:
             value = loss(*tensors, batch)
@@ -97,33 +102,57 @@ def parity(name: str, hypers: dict[str, Any] | None = None,
     its Keras 3 twin on the same batches; one row per weight and per slot.
 
     Returns:
-        DataFrame with columns `quantity` (e.g. `kernel`, `m of embedding`), `shape`,
-        `max_abs_difference` (float), `max_abs_value` (float).
+        DataFrame as `parity_of`.
 
     Raises:
         KeyError, ValueError: as `registry.create`; TypeError: a non-rule optimizer.
     """
-    start, batches, loss = _problem(dtype, steps)
-    keras2 = registry.create(name, hypers, options)
-    twin = RuleTwin(registry.create(name, hypers, options))
+    return parity_of(lambda: registry.create(name, hypers, options), dtype, steps)
+
+
+LABELS = ("kernel", "bias", "embedding")
+GRADIENT_KIND = {"kernel": "dense", "bias": "dense", "embedding": "sparse (IndexedSlices)"}
+
+
+def parity_of(make: Callable[[], RuleOptimizer], dtype: tf.DType = tf.float32,
+              steps: int = 20) -> pd.DataFrame:
+    """`parity` for any `RuleOptimizer` factory: `make()` is called twice, once for the Keras 2
+    run and once for the rule behind the Keras 3 twin (`RuleTwin(make())`).
+
+    The problem: a tanh dense layer (kernel [6, 4], bias [4]: dense gradients) plus an
+    embedding table [10, 3] read with `tf.gather` (an `IndexedSlices` gradient: Keras 2's
+    `_resource_apply_sparse`, the twin's sparse branch of `update_step`), `steps` batches of 5.
+
+    Returns:
+        DataFrame with columns `quantity` (e.g. `kernel`, `m of embedding`), `gradient`
+        (`dense` or `sparse (IndexedSlices)`), `shape`, `max_abs_difference` (float),
+        `max_abs_value` (float).
+
+    Raises:
+        TypeError: `make()` is not a `RuleOptimizer` (from `RuleTwin`).
+    """
+    start, batches, loss = parity_problem(dtype, steps)
+    keras2 = make()
+    twin = RuleTwin(make())
     vars2 = [tf.Variable(v, dtype=dtype) for v in start]
     vars3 = [keras.Variable(v, dtype=dtype.name) for v in start]
-    _train(keras2, vars2, vars2, batches, loss)
-    _train(twin, vars3, [v.value for v in vars3], batches, loss)
-    labels = ("kernel", "bias", "embedding")
+    train_steps(keras2, vars2, vars2, batches, loss)
+    train_steps(twin, vars3, [v.value for v in vars3], batches, loss)
     rows = []
 
-    def row(quantity, a, b):
+    def row(quantity, label, a, b):
         a, b = np.asarray(a), np.asarray(tf.convert_to_tensor(b))
-        rows.append({"quantity": quantity, "shape": str(list(a.shape)),
+        rows.append({"quantity": quantity, "gradient": GRADIENT_KIND[label],
+                     "shape": str(list(a.shape)),
                      "max_abs_difference": float(np.abs(a - b).max()),
                      "max_abs_value": float(np.abs(a).max())})
 
-    for label, v2, v3 in zip(labels, vars2, vars3):
-        row(label, v2.numpy(), v3)
+    for label, v2, v3 in zip(LABELS, vars2, vars3):
+        row(label, label, v2.numpy(), v3)
     for slot in keras2.slot_names_for_rule():
-        for i, label in enumerate(labels):
-            row(f"{slot} of {label}", keras2.get_slot(vars2[i], slot).numpy(), twin.slots[slot][i])
+        for i, label in enumerate(LABELS):
+            row(f"{slot} of {label}", label, keras2.get_slot(vars2[i], slot).numpy(),
+                twin.slots[slot][i])
     return pd.DataFrame(rows)
 
 
@@ -131,7 +160,7 @@ def call_orders(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The recorded calls of one eager `apply_gradients` (a dense kernel and an embedding
     table) in Keras 2 and in Keras 3: (keras2 table, keras3 table), columns as
     `CallRecorder.table()`."""
-    start, batches, loss = _problem(tf.float32, 1)
+    start, batches, loss = parity_problem(tf.float32, 1)
     keras2 = registry.create(name)
     twin = RuleTwin(registry.create(name))
     recorder2, recorder3 = CallRecorder(), CallRecorder()
@@ -142,8 +171,8 @@ def call_orders(name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
             object.__setattr__(twin, method, recorder3._wrap("optimizer", method, original))
     vars2 = [tf.Variable(v, dtype=tf.float32) for v in start]
     vars3 = [keras.Variable(v, dtype="float32") for v in start]
-    _train(keras2, vars2, vars2, batches, loss)
-    _train(twin, vars3, [v.value for v in vars3], batches, loss)
+    train_steps(keras2, vars2, vars2, batches, loss)
+    train_steps(twin, vars3, [v.value for v in vars3], batches, loss)
     return recorder2.table(), recorder3.table()
 
 
@@ -153,5 +182,6 @@ def rule_names() -> list[str]:
     return [n for n in registry.names() if issubclass(registry.get(n), RuleOptimizer)]
 
 
-__all__ = ["KERAS2_METHODS", "KERAS3_METHODS", "MAPPING", "call_orders", "mapping_table",
-           "parity", "rule_names", "sources"]
+__all__ = ["GRADIENT_KIND", "KERAS2_METHODS", "KERAS3_METHODS", "MAPPING", "call_orders",
+           "mapping_table", "parity", "parity_of", "parity_problem", "rule_names", "sources",
+           "train_steps"]

@@ -16,6 +16,8 @@ forwarded (`lso.hyper_values()` raises AttributeError) and `lso._set_hyper(...)`
 wrapper's OWN `OptimizerV2._set_hyper`, which raises AttributeError (the wrapper has no `_hyper`;
 its `__getattribute__` refuses to forward that name): use `lso.inner_optimizer._set_hyper`.
 
+`teaching.live_mixed_precision.LiveMixedRun` takes such changes between chunks of a run.
+
 The global policy is process-wide, so `policy()` sets it under a lock and restores the previous
 policy in `finally`. Imports tf_keras; never Streamlit.
 """
@@ -274,5 +276,5 @@ def forwarding(optimizer: str = "adam") -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-__all__ = ["FINAL_LOSS_TOLERANCE", "OVERFLOW_MULTIPLIER", "POLICIES", "Run", "compare",
-           "data", "forwarding", "policy", "train"]
+__all__ = ["FINAL_LOSS_TOLERANCE", "OVERFLOW_MULTIPLIER", "POLICIES", "Run",
+           "compare", "data", "forwarding", "policy", "train"]

@@ -113,7 +113,8 @@ def rule_for(name: str) -> RuleMath | None:
 
 def pure_rule_sources(cls: type) -> dict[str, str]:
     """Qualified name -> source of `cls.coefficients`, `cls.update` and the module-level pure
-    functions they call (e.g. `adam_update`); empty for a class without a pure rule.
+    functions they call, directly or through each other (e.g. `adam_update` ->
+    `adam_decrement`); empty for a class without a pure rule.
 
     Raises nothing: a source that cannot be read (built in C, defined in a REPL) is skipped.
     """
@@ -127,13 +128,18 @@ def pure_rule_sources(cls: type) -> dict[str, str]:
         except (OSError, TypeError):
             continue
         module = inspect.getmodule(method)
-        for called in method.__code__.co_names:
-            target = getattr(module, called, None)
-            if inspect.isfunction(target) and target.__module__ == module.__name__:
+        pending = [method]
+        while pending:  # transitively: `adam_update` calls `adam_decrement`, which does the maths
+            for called in pending.pop(0).__code__.co_names:
+                target = getattr(module, called, None)
+                if (called in out or not inspect.isfunction(target)
+                        or target.__module__ != module.__name__):
+                    continue
                 try:
-                    out.setdefault(called, inspect.getsource(target))
+                    out[called] = inspect.getsource(target)
                 except (OSError, TypeError):
-                    pass
+                    continue
+                pending.append(target)
     return out
 
 

@@ -15,11 +15,21 @@ def store(tmp_path, monkeypatch):
     pre-filled store override this fixture."""
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     yield RunStore()
+    control.shutdown_warm_pool()  # a page's Start or heartbeat may have kept warm workers
     for proc in list(control._PROCESSES.values()):  # never leave a worker behind
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     control.reap()
+
+
+@pytest.fixture(autouse=True)
+def _warm_workers_off_unless_marked(request, monkeypatch):
+    """Warm workers are off (`OPTIMIZER_LAB_WARM_WORKERS=off`) except in tests marked `warm`:
+    every AppTest renders the heartbeat, which would otherwise start TensorFlow processes
+    (~715 MB, seconds of CPU each) for every test's fresh store."""
+    if request.node.get_closest_marker("warm") is None:
+        monkeypatch.setenv(control.WARM_ENV, "off")
 
 
 @pytest.fixture(autouse=True)
@@ -31,11 +41,10 @@ def _registry_and_plugin_env_restored():
 
     from optimizers import plugins, registry
 
-    saved = dict(registry.OPTIMIZERS)
+    saved = registry.snapshot()  # imports no optimizer class
     env = {key: os.environ.get(key) for key in (plugins.ENV_VAR, plugins.LOADED_ENV_VAR)}
     yield
-    registry.OPTIMIZERS.clear()
-    registry.OPTIMIZERS.update(saved)
+    registry.restore(saved)
     for key, value in env.items():
         if value is None:
             os.environ.pop(key, None)

@@ -157,8 +157,10 @@ CONFIG_CASES = [
                                            "hyperparameters": {"learning_rate": 50}}},
      "hyperparameters.learning_rate", ["learning_rate=50 refused", LR_RANGE]),
     # a Keras-style entry
-    ("keras decay", {"class_name": "SGD", "config": {"decay": 0.1}}, "config.decay",
-     ["do not take decay"]),
+    ("keras decay", {"class_name": "SGD", "config": {"decay": -0.1}}, "decay",
+     ["greater than or equal to 0", "[0, 1]"]),
+    ("keras clipnorm", {"class_name": "SGD", "config": {"clipnorm": 1.0}}, "config.clipnorm",
+     ["do not take clipnorm"]),
     ("keras config a list", {"class_name": "SGD", "config": [1]}, "config",
      ["must be a JSON object"]),
     ("keras and optimizer", {"class_name": "SGD", "optimizer": "adam"}, "optimizer",

@@ -163,11 +163,13 @@ def test_bad_pool_size_process_exits_2_without_traceback(tmp_path):
 
 
 @pytest.mark.slow  # the plugin check runs in a child process that imports TensorFlow
-def test_the_command_line_loads_plugins_for_a_plugin_optimizer(tmp_path, monkeypatch, capsys):
+def test_the_command_line_loads_plugins_for_a_plugin_optimizer(tmp_path, monkeypatch, capsys,
+                                                              request):
     from optimizer_lab import cli
     from optimizers import plugins, registry
 
-    monkeypatch.setattr(registry, "OPTIMIZERS", dict(registry.OPTIMIZERS))
+    state = registry.snapshot()  # the plugins registered here are dropped afterwards
+    request.addfinalizer(lambda: registry.restore(state))
     monkeypatch.setenv(plugins.ENV_VAR, str(plugins.DEFAULT_DIR))
     monkeypatch.delenv(plugins.LOADED_ENV_VAR, raising=False)
     assert "lion" not in registry.OPTIMIZERS
@@ -175,6 +177,9 @@ def test_the_command_line_loads_plugins_for_a_plugin_optimizer(tmp_path, monkeyp
     notes = cli.load_plugins_for(argv)
     assert all(not note.startswith(("plugin good_optimizer", "plugin template")) for note in notes)
     assert {"lion", "accumulated_sgd"} <= set(registry.OPTIMIZERS)  # the example and template
+    # registered from the check process's description: the files are not imported here
+    assert not {"optimizer_lab_plugins.good_optimizer",
+                "optimizer_lab_plugins.template_optimizer"} & set(sys.modules)
     parser = build_parser()
     config = config_from_args(parser.parse_args(argv), parser)
     assert config.optimizer == "lion" and config.hyperparameters["beta_2"] == 0.95

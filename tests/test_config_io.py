@@ -92,8 +92,10 @@ BAD = [
      "adam takes amsgrad"),
     ("wrong option type", {"optimizer": "adam", "options": {"amsgrad": "yes"}},
      "options.amsgrad", "must be a bool"),
-    ("keras decay", {"class_name": "SGD", "config": {"decay": 0.1}}, "config.decay",
-     "do not take decay"),
+    ("keras decay", {"class_name": "SGD", "config": {"decay": -0.1}}, "decay",
+     "greater than or equal to 0"),
+    ("keras clipnorm", {"class_name": "SGD", "config": {"clipnorm": 1.0}}, "config.clipnorm",
+     "do not take clipnorm"),
     ("run_config missing", {"format": "optimizer-lab/run-config"}, "run_config", "missing"),
 ]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from runs import control
+from runs import control, worker_table
 from settings.run_config import RunConfig
 from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, RunStore, pid_alive
 
@@ -21,7 +21,9 @@ TINY = dict(dataset="moons", model="logistic", eval_every=50)
 
 
 def workers_of(store: RunStore) -> list[int]:
-    """Pids of live processes whose command line names this store (any parent)."""
+    """Pids of live run processes of this store (any parent): cold `runs.worker` processes
+    and warm workers that hold a run (idle spares of the warm pool are not run processes)."""
+    idle = {s["pid"] for s in worker_table.spares(store)}
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -30,7 +32,9 @@ def workers_of(store: RunStore) -> list[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "runs.worker" in cmdline and str(store.path) in cmdline and pid_alive(int(entry)):
+        if (("runs.worker" in cmdline or "runs.warm_worker" in cmdline)
+                and str(store.path) in cmdline and pid_alive(int(entry))
+                and int(entry) not in idle):
             found.append(int(entry))
     return found
 
@@ -121,9 +125,18 @@ def _fds() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.warm
 def test_fifty_start_stop_cycles_from_the_train_page(store):
     """50 x (Start, Stop) through the page script; every 10th run is stopped only once it
-    trains (the `stop` command path), the others while starting (the SIGTERM path)."""
+    trains (the `stop` command path), the others while starting (the SIGTERM path). The
+    page's Start makes the test process keep warm workers: runs go warm or cold."""
+    try:
+        _fifty_cycles(store)
+    finally:
+        control.shutdown_warm_pool()  # the page's runs made this process keep warm workers
+
+
+def _fifty_cycles(store: RunStore) -> None:
     at = AppTest.from_file(APP, default_timeout=120).switch_page(TRAIN)
     at.run()
     at.selectbox(key="dataset").set_value("moons").run()
@@ -161,3 +174,7 @@ def test_fifty_start_stop_cycles_from_the_train_page(store):
     table = store.runs()
     assert len(table) == 50 and set(table["status"]) == {"stopped"}
     assert not set(table["status"]) & set(ACTIVE_STATUSES)
+    with store._connect() as con:
+        kinds = [k for (k,) in con.execute("SELECT worker FROM runs")]
+    print(f"workers: {kinds.count('warm')} warm, {kinds.count('cold')} cold")
+    assert kinds.count("warm") > 0  # the page's runs used the warm pool

@@ -12,10 +12,12 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from components.precision_figures import (loss_scale_figure, policy_difference_figure,
-                                          replica_gradients_figure)
+from components.precision_figures import (live_hyper_figure, loss_scale_figure,
+                                          policy_difference_figure, replica_gradients_figure)
 from optimizers import registry
 from teaching import mixed_precision as mp
+from teaching.live_mixed_precision import LiveMixedRun
+from tests.numpy_reference import REFERENCES
 
 ROOT = Path(__file__).resolve().parents[1]
 LSO = tf_keras.mixed_precision.LossScaleOptimizer
@@ -145,6 +147,64 @@ def test_what_the_loss_scale_optimizer_forwards():
     assert rows.loc["lso.initial_scale, lso.dynamic_growth_steps", "outcome"] == "(32768.0, 2000)"
 
 
+LIVE_CASES = [  # (optimizer, constructor hypers, changes, way)
+    ("adam", {}, {"learning_rate": 0.02}, "lso.<name> = value"),
+    ("adam", {}, {"learning_rate": 0.02, "beta_1": 0.5},
+     "lso.inner_optimizer._set_hyper(name, value)"),
+    ("adam", {}, {"beta_1": 0.6}, "lso.<name> = value"),
+    ("sgd", {"momentum": 0.9}, {"learning_rate": 0.05}, "lso.<name> = value"),
+]
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+@pytest.mark.parametrize("optimizer,hypers,changes,way", LIVE_CASES,
+                         ids=[f"{c[0]}-{'+'.join(c[2])}-{c[3][:9]}" for c in LIVE_CASES])
+def test_live_change_through_the_wrapper_takes_effect_next_step_without_retrace(
+        policy, optimizer, hypers, changes, way):
+    run = LiveMixedRun(policy, optimizer, hypers, max_steps=6)
+    old = run.advance(3).iloc[-1]
+    for name, value in changes.items():
+        run.set_hyper(name, value, way)
+    before, used_hypers = run.state(), run.inner.hyper_values()
+    assert {n: used_hypers[n] for n in changes} == pytest.approx(changes)
+    row = run.advance(1).iloc[0]
+    after = run.state()
+    assert not row["skipped"] and row["iterations"] == 4
+    assert run.tracing_count == 1  # assignments to hyperparameter variables: no retrace
+    for name, value in changes.items():
+        if f"{name} used" in row:
+            assert row[f"{name} used"] == pytest.approx(value, rel=1e-7)
+            assert old[f"{name} used"] != pytest.approx(value)  # the old value before it
+    # NumPy reference of the step on the float32 master weights, with the new values
+    reference = REFERENCES[optimizer]
+    labels = [v.name.split(":")[0] for v in run.variables]
+    slot_names = run.inner.get_slot_names()
+    for label, grad in zip(labels, run.last_gradients):
+        assert grad.dtype == np.float32
+        slots = {s: before[f"{label}/{s}"] for s in slot_names}
+        new_var, new_slots = reference(grad, before[label], slots, used_hypers, 4, {})
+        np.testing.assert_allclose(after[label], new_var, rtol=1e-6, atol=1e-6, err_msg=label)
+        assert not np.allclose(after[label], before[label])  # it moved
+        for s in slot_names:
+            np.testing.assert_allclose(after[f"{label}/{s}"], new_slots[s], rtol=1e-6,
+                                       atol=1e-6, err_msg=f"{label}/{s}")
+
+
+def test_live_run_refuses_bad_changes_and_keeps_the_old_value():
+    run = LiveMixedRun("mixed_float16", "adam", max_steps=3)
+    run.advance(1)
+    with pytest.raises(ValueError, match="way="):
+        run.set_hyper("learning_rate", 0.1, way="lso._set_hyper")
+    with pytest.raises(AttributeError, match="name='rho' refused"):
+        run.set_hyper("rho", 0.5)
+    with pytest.raises(registry.InvalidHyperparameter, match="beta_1"):
+        run.set_hyper("beta_1", float("nan"))
+    assert run.advance(1).iloc[0]["beta_1 used"] == pytest.approx(0.9)
+    assert run.tracing_count == 1 and run.changes == []
+    with pytest.raises(ValueError, match="policy="):
+        LiveMixedRun("float16")
+
+
 def test_figures():
     run = mp.train("mixed_float16", steps=8, overflow_at=(4,))
     fig = loss_scale_figure(run.steps, "a <b>")
@@ -157,6 +217,21 @@ def test_figures():
         {"step": [1, 1, 1], "replica": ["replica 0", "replica 1", "all-reduced (SUM)"],
          "grad_norm": [1.0, 2.0, 2.5]}))
     assert [t.name for t in bars.data] == ["replica 0", "replica 1", "all-reduced (SUM)"]
+
+
+def test_live_hyper_figure_draws_the_used_values_and_marks_the_change():
+    import pandas as pd
+
+    trace = pd.DataFrame({"step": [1, 2, 3], "loss": [0.5, 0.4, 0.3],
+                          "learning_rate used": [0.001, 0.001, 0.004],
+                          "beta_1 used": [0.9, 0.9, 0.9]})
+    fig = live_hyper_figure(trace, pd.DataFrame({"before step": [3]}), "x <i>")
+    lines = {t.name: list(t.y) for t in fig.data}
+    assert lines["learning_rate used"] == [0.001, 0.001, 0.004] and lines["loss"] == [0.5, 0.4, 0.3]
+    assert {shape.x0 for shape in fig.layout.shapes} == {2.5}  # between steps 2 and 3, both panels
+    assert fig.layout.yaxis.type == "log" and "&lt;i&gt;" in fig.layout.title.text
+    zero = live_hyper_figure(trace.assign(**{"beta_1 used": 0.0}))
+    assert zero.layout.yaxis.type != "log"  # a zero would vanish on a log axis
 
 
 # ----- distribution (a child process with two logical CPUs) ---------------------------------
@@ -248,3 +323,23 @@ def test_page_shows_the_distribution_numbers():
     value = float(at.metric[labels.index("max |2 replicas - 1 device| (weights, slots)")].value)
     assert value <= 1e-6
     assert any("must specify an aggregation method" in e.value for e in at.error)
+
+
+def test_page_changes_the_learning_rate_live_without_retrace():
+    at = _page()
+    at.button(key="pd_live_train").click().run()
+    at.number_input(key="pd_live_value_learning_rate").set_value(0.004).run()
+    at.radio(key="pd_live_way").set_value("lso.inner_optimizer._set_hyper(name, value)").run()
+    at.button(key="pd_live_apply").click().run()
+    at.button(key="pd_live_train").click().run()
+    assert not at.exception, at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["steps taken"] == "10" and metrics["step function traced"] == "1 time(s)"
+    trace = next(d.value for d in at.dataframe if "learning_rate used" in d.value.columns)
+    used = trace.set_index("step")["learning_rate used"]
+    assert used.loc[5] == pytest.approx(0.001) and used.loc[6] == pytest.approx(0.004)
+    assert set(trace["tracing_count"]) == {1}
+    at.selectbox(key="pd_live_name").select("beta_1").run()
+    at.number_input(key="pd_live_value_beta_1").set_value(1.0).run()
+    at.button(key="pd_live_apply").click().run()
+    assert any("refused, old value kept" in e.value for e in at.error)

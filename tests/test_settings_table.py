@@ -31,6 +31,10 @@ CANDIDATES = {
     "str": ["/device:CPU:0", "sgd"],
     "names": [["learning_rate"]],
     "mapping": [{"learning_rate": 0.0123456789}, {"amsgrad": True}],
+    "float": [0.00123456789],
+    "schedule": [{"class_name": "CosineDecay",
+                  "config": {"initial_learning_rate": 0.0123456789, "decay_steps": 700,
+                             "alpha": 0.05, "warmup_target": 0.1, "warmup_steps": 30}}],
 }
 BASES = [{}, {"hypergradients": ["learning_rate"]}]
 

@@ -56,11 +56,22 @@ def specs_of(optimizer: str, options_json: str) -> dict[str, Any]:
 
 
 def run_specs(run: dict[str, Any]) -> dict[str, Any]:
+    """name -> spec of every followable name of the run: the optimizer's `HyperSpec`s and, for
+    `lr_schedule.<param>`, the schedule parameter's (`hf.schedule_specs`)."""
     config = run["config"]
     try:
-        return specs_of(config["optimizer"], json.dumps(config.get("options", {}), sort_keys=True))
+        specs = dict(specs_of(config["optimizer"],
+                              json.dumps(config.get("options", {}), sort_keys=True)))
     except (KeyError, ValueError):
-        return {}
+        specs = {}
+    return {**specs, **hf.schedule_specs(config.get("lr_schedule"))}
+
+
+def labels_of(run: dict[str, Any]) -> dict[str, str]:
+    """Followed name -> its label (a schedule parameter names its schedule)."""
+    config = run["config"]
+    return {n: hf.parameter_label(n, config.get("lr_schedule"))
+            for n in config.get("hypergradients") or []}
 
 
 def default_eta(spec) -> float:
@@ -131,7 +142,8 @@ def autotune_controls(run: dict[str, Any]) -> None:
         on_key, eta_key = f"hg_auto_{rid}_{name}", f"hg_eta_{rid}_{name}"
         st.session_state.setdefault(on_key, name in live)
         st.session_state.setdefault(eta_key, float(live.get(name, default_eta(spec))))
-        left.toggle(f"auto-tune {name}", key=on_key, disabled=not active,
+        left.toggle(f"auto-tune {hf.parameter_label(name, run['config'].get('lr_schedule'))}",
+                    key=on_key, disabled=not active,
                     on_change=on_autotune, args=(rid, name))
         right.number_input(f"η for {name}", key=eta_key, min_value=1e-9, format="%.3g",
                            disabled=not active, on_change=on_autotune, args=(rid, name),
@@ -147,7 +159,9 @@ def slice_controls(run: dict[str, Any]) -> None:
                 "around the current one; the dashed line is the hyper-gradient of that same "
                 "function, i.e. its tangent at the current value.")
     left, mid, right = st.columns([2, 1, 1])
-    left.selectbox("hyperparameter", followed, key=f"hg_slice_name_{rid}")
+    labels = labels_of(run)
+    left.selectbox("hyperparameter", followed, key=f"hg_slice_name_{rid}",
+                   format_func=lambda n: labels.get(n, n))
     st.session_state.setdefault(f"hg_slice_horizon_{rid}", 20)
     mid.number_input("horizon T", min_value=1, max_value=200, step=5,
                      key=f"hg_slice_horizon_{rid}")
@@ -164,10 +178,12 @@ def correctness_panel(run: dict[str, Any] | None) -> None:
                 "update rule: it has no hyper-gradients to check.")
         return
     st.caption(f"{config['optimizer']} with the run's hyperparameters "
-               f"{json.dumps(config.get('hyperparameters', {}))}, a 5-6-3 tanh model on 120 "
-               "examples, 30 steps of batch 24, float64, every hyperparameter; tolerances "
-               "relative 1e-8 (forward vs reverse) and 1e-4 (forward vs central differences).")
-    key = f"hg_check_{json.dumps(config.get('optimizer'))}_{json.dumps(config.get('hyperparameters', {}), sort_keys=True)}_{json.dumps(config.get('options', {}), sort_keys=True)}"
+               f"{json.dumps(config.get('hyperparameters', {}))}, learning rate "
+               f"{hf.learning_rate_text(config.get('lr_schedule'), config.get('decay') or 0.0)}, "
+               "a 5-6-3 tanh model on 120 examples, 30 steps of batch 24, float64, every "
+               "hyperparameter and every float parameter of the schedule; tolerances relative "
+               "1e-8 (forward vs reverse) and 1e-4 (forward vs central differences).")
+    key = f"hg_check_{correctness_runner.cache_key(config)}"
     if st.button("Run the check", key="hg_check_button"):
         with st.spinner("Training the check model three ways (forward, reverse, finite "
                         "differences)..."):
@@ -177,9 +193,9 @@ def correctness_panel(run: dict[str, Any] | None) -> None:
         if "error" in result:
             st.error(result["error"])
         else:
-            table = pd.DataFrame(result["rows"])
+            table = hf.correctness_table(result)
             if result["passed"]:
-                st.success(f"PASS · all {len(table)} hyperparameters within tolerance")
+                st.success(f"PASS · all {len(table)} parameters within tolerance")
             else:
                 failed = ", ".join(table.loc[~table["passed"], "hyperparameter"])
                 st.error(f"FAIL · {failed} outside tolerance")
@@ -205,15 +221,17 @@ def live_body(run_id: int, was_active: bool) -> None:
     st.markdown(f"**Run #{run_id}** · status **{run['status']}** · step "
                 f"{run['step']}/{run['total_steps']} · traces {run['traces']} (1 = no retrace)")
     silent = store().stalled_for(run)
-    if silent is not None:
-        st.warning(f"no heartbeat for {silent:.0f} s: the run process lives but does not "
-                   "answer (stalled); its owner can stop it on the Train page")
+    with st.container():  # a fixed slot: a warning that comes and goes must not shift the charts
+        if silent is not None:
+            st.warning(f"no heartbeat for {silent:.0f} s: the run process lives but does not "
+                       "answer (stalled); its owner can stop it on the Train page")
     cols = st.columns(5)
     for col, (label, value, help_text) in zip(cols, hf.cost_metrics(meta)):
         col.metric(label, value, help=help_text)
     grads = store().hypergradients(run_id)
     symlog = st.session_state.get(f"hg_symlog_{run_id}", False)
-    chart(hf.hypergradient_figure(grads, uirevision=run_id, symlog=symlog), f"hg_fig_{run_id}")
+    chart(hf.hypergradient_figure(grads, uirevision=run_id, symlog=symlog, labels=labels_of(run)),
+          f"hg_fig_{run_id}")
     specs = run_specs(run)
     left, right = st.columns([3, 2])
     with left:
@@ -241,7 +259,8 @@ def live_body(run_id: int, was_active: bool) -> None:
         if not pending.empty:
             st.info("computing a response slice in the run process...")
         chart(hf.response_slice_figure(rows, uirevision=f"{run_id}-slice",
-                                       log_x=bool(spec and spec.log_scale), horizon=horizon),
+                                       log_x=bool(spec and spec.log_scale), horizon=horizon,
+                                       label=labels_of(run).get(name)),
               f"hg_slice_{run_id}")
         refused = commands[commands["kind"].isin(["autotune", "response_slice"])
                            & (commands["status"] == "refused")]

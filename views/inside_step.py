@@ -29,6 +29,34 @@ variable attribute, `self.t_cur = 5` replaces the variable object with an int: t
 keeps reading the old variable. One exception: `OptimizerV2.__setattr__` routes `self.name = v` to
 `_set_hyper` when `name` is already in `_hyper`, so `self.learning_rate = 0.1` is safe.
 """
+EXPLAIN_KINDS = """
+A hyperparameter can be handed to an `OptimizerV2` as a **float**, a **`tf.Variable`**, a
+**callable** (`lambda: 0.01`), a **`LearningRateSchedule`** (learning rate only) or a **tensor**.
+Pick one per hyperparameter: the optimizer is built with your choices and stepped once, and the
+two tables below are what the base class's own methods returned, live.
+
+* `_set_hyper` **stores the object as given**. At the first `apply_gradients` (or the first
+  `_get_hyper`), `_create_hypers` turns only the *numbers* into float32 `tf.Variable`s, created
+  with `aggregation=ONLY_FIRST_REPLICA` (every replica of a distributed run computes the same
+  value, so the first replica's is kept). Everything else stays as it was.
+* `_get_hyper(name, dtype)` calls a callable and casts to `dtype`; in float64 you see the float32
+  number widened (0.001 -> 0.0010000000474974513); in float32 a variable comes back as the
+  variable itself (`tf.cast` to its own dtype is a no-op). A schedule comes back **as itself**: only
+  `_decayed_lr` evaluates it, at `iterations`.
+* `_serialize_hyperparameter` (what `get_config` writes) turns a schedule into its Keras dict, a
+  callable into its value now, a tensor or variable into a NumPy number.
+* `_set_hyper(name, x)` later **assigns** when a variable is stored (even one you passed in: your
+  variable changes) and **replaces** the stored object otherwise.
+"""
+EXPLAIN_T_CUR = """
+**The `self.t_cur = 5` lesson.** The last row is a plain attribute set on the same optimizer:
+it is not in `_hyper`, so `_get_hyper` and `_serialize_hyperparameter` raise `KeyError` and
+`get_config` does not save it. Worse, inside a compiled step a Python number is read once, at
+trace time, and baked into the graph as a **constant**: changing it later is silently ignored,
+or (passed as an argument) forces a **retrace** per value. A `_set_hyper` number becomes a
+**variable**: the graph reads it at every step, so a new value is seen with no retrace. Count
+the traces:
+"""
 EXPLAIN_EPSILON = """
 `_set_hyper` a value when it is numeric and someone may want to change it during training or
 differentiate with respect to it (learning rate, betas, momentum). A plain attribute is fine for
@@ -131,7 +159,9 @@ def hyper_comparison(before: pd.DataFrame, after: pd.DataFrame) -> pd.DataFrame:
     def describe(row) -> str:
         if row["stored_type"] == "float":
             return f"float {row['stored_value']:.6g}"
-        return f"{row['stored_type']} {row['variable_name']} ({row['variable_dtype']}) = {row['stored_value']:.6g}"
+        aggregation = f", aggregation={row['aggregation']}" if row.get("aggregation") else ""
+        return (f"{row['stored_type']} {row['variable_name']} ({row['variable_dtype']}"
+                f"{aggregation}) = {row['stored_value']:.6g}")
 
     b, a = before.set_index("name"), after.set_index("name")
     return pd.DataFrame({
@@ -202,6 +232,75 @@ def record_view(ins, record) -> None:
         st.dataframe(record.touched_rows(var_name), hide_index=True, width="stretch", key="is_rows")
 
 
+def kind_choices(name: str) -> dict[str, list[str]]:
+    """Hyperparameter -> the kinds optimizer `name` accepts (tried live once per session)."""
+    from optimizers import hyper_kinds
+    from teaching.inspect_step import build_optimizer
+
+    cache = st.session_state.setdefault("is_kind_allowed", {})
+    if name not in cache:
+        cache[name] = hyper_kinds.allowed_kinds(lambda: build_optimizer(name))
+    return cache[name]
+
+
+def kinds_rows(name: str, kinds: dict[str, str], dtype: str) -> list[dict]:
+    """`optimizers.hyper_kinds.walkthrough` of a fresh optimizer `name` with `kinds` (JSON rows,
+    kept for the last choice only)."""
+    from optimizers import hyper_kinds
+    from teaching.inspect_step import build_optimizer
+
+    wanted = (name, tuple(sorted(kinds.items())), dtype)
+    cached = st.session_state.get("is_kinds_rows")
+    if cached is None or cached[0] != wanted:
+        optimizer = build_optimizer(name)
+        hyper_kinds.set_kinds(optimizer, {k: v for k, v in kinds.items() if v != "float"})
+        cached = (wanted, hyper_kinds.walkthrough(optimizer, dtype))
+        st.session_state["is_kinds_rows"] = cached
+    return cached[1]
+
+
+def hyper_kinds_view() -> None:
+    st.subheader("Float, variable, callable, schedule, tensor: what `_set_hyper` stores")
+    st.markdown(EXPLAIN_KINDS)
+    name = st.session_state["is_optimizer"]
+    allowed = kind_choices(name)
+    cols = st.columns(min(len(allowed), 4) + 1)
+    kinds = {}
+    for i, (hyper, choices) in enumerate(allowed.items()):
+        kinds[hyper] = cols[i % (len(cols) - 1)].selectbox(
+            hyper, choices, key=f"is_kind_{hyper}",
+            help="the kinds this optimizer's `_set_hyper` accepts (the lab refuses a schedule "
+                 "except for learning_rate)" if len(choices) > 1 else
+                 "this optimizer accepts numbers only here")
+    dtype = cols[-1].radio("dtype asked of `_get_hyper`", ["float32", "float64"],
+                           key="is_kinds_dtype", horizontal=True)
+    rows = kinds_rows(name, kinds, dtype)
+    hypers = [r for r in rows if r["kind"] != "plain attribute"]
+    for phase, caption in (("1 after __init__", "**1. After `__init__`**: what `_set_hyper` "
+                            "stored; nothing created yet"),
+                           ("2 after apply_gradients #1", "**2. After the first "
+                            "`apply_gradients`**: `_create_hypers` has run; `iterations` = 1")):
+        st.markdown(caption)
+        # st.table wraps long cells: every word stays readable on a projector
+        st.table(inspect_figures.hyper_kinds_frame(
+            [r for r in hypers if r["phase"] == phase]).set_index("name"))
+    st.markdown(EXPLAIN_T_CUR)
+    st.table(inspect_figures.hyper_kinds_frame(
+        [r for r in rows if r["kind"] == "plain attribute"]).set_index("name"))
+    st.button("Run the demonstration (traces counted)", key="is_demo_setattr",
+              on_click=run_demo, args=("attribute_vs_set_hyper",))
+    results = st.session_state["is_demos"]
+    if "attribute_vs_set_hyper" in results:
+        st.dataframe(results["attribute_vs_set_hyper"], hide_index=True, width="stretch")
+    with st.expander("more: variable attributes, and why `self.learning_rate = 0.1` is safe"):
+        st.markdown(EXPLAIN_SET_HYPER)
+    with st.expander("the same for `tf_keras.optimizers.legacy.Adam`, one learning-rate kind per row"):
+        st.button("Try each kind on stock Keras Adam", key="is_demo_kinds", on_click=run_demo,
+                  args=("hyper_kinds",))
+        if "hyper_kinds" in results:
+            st.dataframe(results["hyper_kinds"], hide_index=True, width="stretch")
+
+
 def sources_view(ins) -> None:
     st.subheader("Source of each method (where it is defined)")
     for row in ins.sources().itertuples():
@@ -219,21 +318,6 @@ def questions_view() -> None:
 
     results = st.session_state["is_demos"]
     st.subheader("Classic questions, with live demonstrations")
-    with st.expander("`self.t_cur = 5` vs `_set_hyper(\"t_cur\", 5)`", expanded=True):
-        st.markdown(EXPLAIN_SET_HYPER)
-        st.button("Run the demonstration (traces counted)", key="is_demo_setattr",
-                  on_click=run_demo, args=("attribute_vs_set_hyper",))
-        if "attribute_vs_set_hyper" in results:
-            st.dataframe(results["attribute_vs_set_hyper"], hide_index=True, width="stretch")
-    with st.expander("A float, a variable, a tensor, a schedule, a callable: what `_set_hyper` "
-                     "stores"):
-        st.markdown("`learning_rate` may be any of these. The table comes from live calls on "
-                    "`tf_keras.optimizers.legacy.Adam`: what `_hyper` holds before and after the "
-                    "first step, what `_get_hyper` and `_decayed_lr` return, and what "
-                    "`_serialize_hyperparameter` writes into `get_config`.")
-        st.button("Try each kind", key="is_demo_kinds", on_click=run_demo, args=("hyper_kinds",))
-        if "hyper_kinds" in results:
-            st.dataframe(results["hyper_kinds"], hide_index=True, width="stretch")
     with st.expander("When `_set_hyper`, when a plain attribute (epsilon)"):
         st.markdown(EXPLAIN_EPSILON)
         st.button("Change epsilon after tracing, in both Adams", key="is_demo_epsilon",
@@ -275,6 +359,7 @@ def main() -> None:
     else:
         record = ins.records[-1]
         record_view(ins, record)
+    hyper_kinds_view()
     sources_view(ins)
     questions_view()
 

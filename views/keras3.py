@@ -1,7 +1,10 @@
 """The Keras 3 page: where each OptimizerV2 piece went, on one rule run by both front ends.
 
 Thin: `teaching.migration` computes (mapping, sources, recorded call orders, numeric parity);
-this page lays them out. The lab's Keras 3 twins (`optimizers.keras3_twin.RuleTwin`) call the
+this page lays them out. Its last section is a plugin's migration report
+(`teaching.plugin_migration`: bundled plugins/ files and registered plugins; the generated twin's
+parity for a pure-rule plugin). TensorFlow is imported inside the functions only, so importing
+this module (and `app`) stays TensorFlow-free. The lab's Keras 3 twins (`optimizers.keras3_twin.RuleTwin`) call the
 same pure `coefficients` / `update` as the Keras 2 classes.
 """
 
@@ -48,6 +51,51 @@ def side_by_side_sources(name: str) -> None:
         right.code(text, language="python")
 
 
+@st.cache_data(show_spinner="Training the plugin and its Keras 3 twin (float32, float64)...")
+def plugin_parity(label: str) -> pd.DataFrame | None:
+    from teaching import plugin_migration
+
+    return plugin_migration.twin_parity(plugin_classes()[label])
+
+
+def plugin_classes() -> dict:
+    """Picker label -> plugin class (bundled plugins/ files, then registered plugins)."""
+    from teaching import plugin_migration
+
+    return {choice.label: choice.cls for choice in plugin_migration.plugin_choices()}
+
+
+def plugin_section() -> None:
+    from teaching import plugin_migration
+
+    st.subheader("Migrating a plugin (bring-your-own Keras 2 optimizer)")
+    st.markdown(
+        "Which OptimizerV2 pieces the plugin defines and where each goes in Keras 3. "
+        "**automatic**: the plugin is a pure rule behind the lab's `RuleOptimizer`, so its "
+        "Keras 3 twin (`RuleTwin`) is generated; **manual**: a hand-written hook someone must "
+        "port; **not needed**: nothing to port.")
+    classes = plugin_classes()
+    if not classes:
+        st.info("No plugin found in the bundled plugins folder or the registry.")
+        return
+    label = st.selectbox("plugin", list(classes), key="k3_plugin")
+    st.dataframe(plugin_migration.report(classes[label]), hide_index=True, width="stretch",
+                 key="k3_plugin_report",
+                 column_config={"why": st.column_config.TextColumn(width="large")})
+    table = plugin_parity(label)
+    if table is None:
+        st.info(f"{classes[label].__name__} is not a RuleOptimizer: no Keras 3 twin can be "
+                "generated; port the rows marked manual by hand.")
+        return
+    summary = plugin_migration.parity_summary(table)
+    verdict = st.success if bool(summary["agrees"].all()) else st.error
+    verdict(f"generated Keras 3 twin vs the plugin after 20 steps: largest difference "
+            f"{plugin_migration.worst(table):.3g} (float32 tolerance 1e-6, float64 1e-12)")
+    st.dataframe(summary, hide_index=True, width="stretch", key="k3_plugin_parity")
+    with st.expander("every weight and slot"):
+        st.dataframe(table, hide_index=True, width="stretch")
+
+
 def main() -> None:
     from teaching import migration
 
@@ -84,6 +132,8 @@ def main() -> None:
 
     st.subheader("The two adapters, side by side")
     side_by_side_sources(name)
+
+    plugin_section()
 
 
 main()

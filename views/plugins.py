@@ -1,7 +1,8 @@
 """Bring your own optimizer: the plugins found at start and their contract reports.
 
-Thin: `optimizers.plugins.discover` (cached by `components.plugin_loader`) imports, checks and
-registers; this page only shows the reports. No code is ever accepted from the browser.
+Thin: `optimizers.plugins.discover_bounded` (cached by `components.plugin_loader`) checks each
+file in a time-limited child process and registers what passed from the child's data; this page
+only shows the reports. No code is ever accepted from the browser, and none is imported here.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ report below. The command line finds it too: `python -m optimizer_lab train --op
 Write an `OptimizerV2` subclass (best: a `RuleOptimizer` with a pure `coefficients` / `update`)
 in a `.py` file and put it in the plugins folder: `./plugins` by default,
 `OPTIMIZER_LAB_PLUGINS=/path` in the environment, or `streamlit run app.py -- --plugins /path`.
-The app imports each file on its own when the server starts, first in a separate process with
+The app checks each file on its own when the server starts, in a separate process with
 a time limit (`OPTIMIZER_LAB_PLUGIN_TIMEOUT_S`, 10 s by default), so a file that hangs is
 reported here and never loaded; a file that fails to import is reported here and the others
 still load. A `RuleOptimizer` that passes every item below joins

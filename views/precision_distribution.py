@@ -4,7 +4,10 @@ LossScaleOptimizer, and under MirroredStrategy over two logical CPUs.
 Thin: `teaching.mixed_precision` trains in this process (the dtype policy is set and restored
 under a lock); `teaching.distribution.run_subprocess` runs the distribution experiment in a
 child process (logical devices must be configured before TensorFlow initialises). Results are
-kept in session state until the next press.
+kept in session state until the next press. The live section keeps a
+`teaching.mixed_precision.LiveMixedRun` in session state (in this process: a TF page) and
+advances it in chunks of `LIVE_CHUNK` steps per button press; changes between chunks go
+through the LossScaleOptimizer.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ import pandas as pd
 import streamlit as st
 
 from components import lesson_panel
-from components.precision_figures import (loss_scale_figure, policy_difference_figure,
-                                          replica_gradients_figure)
+from components.precision_figures import (live_hyper_figure, loss_scale_figure,
+                                          policy_difference_figure, replica_gradients_figure)
 
 MP_KEY, CMP_KEY, FWD_KEY, DIST_KEY = "pd_mixed", "pd_compare", "pd_forwarding", "pd_distribution"
+LIVE_KEY, LIVE_ERROR_KEY = "pd_live_run", "pd_live_error"
+LIVE_OPTIMIZERS = {"adam": ("learning_rate", "beta_1"), "sgd": ("learning_rate", "momentum")}
+LIVE_CHUNK = 5
 SKIP_STEP, LR_CHANGE = 15, (25, 0.0005)
 
 
@@ -74,6 +80,68 @@ def mixed_section() -> None:
         st.dataframe(st.session_state[CMP_KEY], hide_index=True, width="stretch")
         st.caption("tolerance: |final loss - float32 final loss| / float32 final loss, the "
                    "bound the tests assert.")
+
+
+def _apply_live_change(run, name: str, value: float, way: str) -> None:
+    try:
+        run.set_hyper(name, value, way)
+        st.session_state.pop(LIVE_ERROR_KEY, None)
+    except Exception as error:  # noqa: BLE001 - refusals (validation) are shown, not raised
+        st.session_state[LIVE_ERROR_KEY] = f"{type(error).__name__}: {error}"
+
+
+def live_section() -> None:
+    """Train in chunks; between chunks change a hyperparameter through the wrapper."""
+    from teaching import live_mixed_precision as live
+    from teaching import mixed_precision as mp
+
+    st.subheader("Change hyperparameters live through the wrapper")
+    st.markdown(
+        "The inner optimizer's hyperparameters are `tf.Variable`s: a change through the "
+        "`LossScaleOptimizer` is an assignment, the next step uses it, and the traced step "
+        "function is **not retraced** (the tracing count stays 1). The table shows the value "
+        "the inner optimizer read inside each traced step.")
+    left, middle, right = st.columns(3)
+    policy = left.radio("policy", mp.POLICIES[1:], key="pd_live_policy", horizontal=True)
+    optimizer = middle.radio("optimizer", list(LIVE_OPTIMIZERS), key="pd_live_optimizer",
+                             horizontal=True)
+    if right.button("Start a new run", key="pd_live_start") or LIVE_KEY not in st.session_state:
+        hypers = {"momentum": 0.9} if optimizer == "sgd" else {}
+        st.session_state[LIVE_KEY] = live.LiveMixedRun(policy, optimizer, hypers, max_steps=200)
+        st.session_state.pop(LIVE_ERROR_KEY, None)
+    run = st.session_state[LIVE_KEY]
+    st.caption(f"this run: {run.policy_name}, {type(run.inner).__name__} inside "
+               f"{type(run.opt).__name__}")
+    if st.button(f"Train {LIVE_CHUNK} steps", key="pd_live_train"):
+        run.advance(LIVE_CHUNK)
+
+    names = LIVE_OPTIMIZERS.get(run.optimizer_name, ("learning_rate",))
+    left, middle, right = st.columns(3)
+    name = left.selectbox("hyperparameter", names, key="pd_live_name")
+    value = middle.number_input("new value", min_value=0.0, max_value=1.0,
+                                value=float(run.inner.hyper_values()[name]), format="%.5f",
+                                key=f"pd_live_value_{name}")
+    way = right.radio("through", list(live.WAYS), key="pd_live_way",
+                      help="both reach the inner optimizer's _set_hyper")
+    if st.button("Apply the change (takes effect at the next step)", key="pd_live_apply"):
+        _apply_live_change(run, name, float(value), way)
+    if LIVE_ERROR_KEY in st.session_state:
+        st.error(f"refused, old value kept: {st.session_state[LIVE_ERROR_KEY]}")
+    st.caption(live.WAYS[way])
+
+    first, second, third = st.columns(3)
+    first.metric("steps taken", run.step)
+    second.metric("step function traced", f"{run.tracing_count} time(s)")
+    third.metric("changes made", len(run.changes))
+    if run.rows:
+        trace = run.trace()
+        changes = pd.DataFrame(run.changes) if run.changes else None
+        st.plotly_chart(live_hyper_figure(trace, changes, f"{run.policy_name}: live changes"),
+                        key="pd_live_chart", width="stretch")
+        st.dataframe(trace, hide_index=True, width="stretch", key="pd_live_trace")
+    if run.changes:
+        st.dataframe(pd.DataFrame(run.changes), hide_index=True, width="stretch",
+                     key="pd_live_changes")
 
 
 def distribution_section() -> None:
@@ -134,6 +202,7 @@ def main() -> None:
     st.title("Mixed precision & distribution")
     lesson_panel.show("precision")
     mixed_section()
+    live_section()
     distribution_section()
 
 

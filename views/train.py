@@ -19,9 +19,11 @@ from components.store_guard import guard_page
 from components import lesson_panel
 from components import run_controls, run_panels, setup_state
 from components import rule_view
-from components import session_runs
-from components.hyper_widgets import hyper_widgets, invalid_hypers, option_widgets, slider_bounds
-from optimizers import registry
+from components import device_list, session_runs
+from components import figures
+from components.hyper_widgets import (hyper_widgets, invalid_hypers, option_widgets,
+                                      schedule_widgets, slider_bounds)
+from optimizers import registry, schedule_specs
 from optimizers.hyperparams import InvalidHyperparameter
 from settings.run_config import COMPATIBLE_MODELS, RunConfig
 from runs.store import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED, RunStore, default_store_path
@@ -96,11 +98,11 @@ def store() -> RunStore:
     return _store(str(default_store_path()))
 
 
-@st.cache_resource(show_spinner="Asking TensorFlow for its devices...")
-def device_names() -> list[str]:
-    from engine import devices
-
-    return [d["name"] for d in devices.list_devices()]
+def device_names() -> tuple[list[str], bool]:
+    """(logical device names, final): listed by a child process (`components.device_list`),
+    so the server never imports TensorFlow; the CPU alone (final False) until it answers."""
+    found = device_list.device_names()
+    return list(found.names), found.final
 
 
 @st.cache_data(show_spinner=False)
@@ -198,6 +200,80 @@ def on_hyper_change(name: str) -> None:
     ]
 
 
+def on_schedule_change(name: str) -> None:
+    """The schedule picker, a schedule parameter or `decay` moved: send it to the selected run
+    when that run is live and this session's, saying which kind of change it is."""
+    state = st.session_state
+    run = selected_run()
+    if run is None or run["status"] not in ACTIVE_STATUSES:
+        return
+    if not session_runs.owns(run):
+        state["live_messages"] = [("info", f"{name} not sent: run #{run['id']} belongs to "
+                                           "another browser session (view only)")]
+        return
+    current, current_decay = run_controls.run_schedule(run)
+    now = None
+    try:
+        if name == "decay":
+            value: Any = float(state[fields.session_key("decay")])
+            kind = "retrace" if value != current_decay else "none"
+        else:
+            value = schedule_specs.validate_schedule(
+                "lr_schedule", fields.schedule_from_session(state))
+            now = schedule_specs.validate_schedule("lr_schedule", current)
+            same = schedule_specs.structure(value) == schedule_specs.structure(now)
+            kind = ("none" if value == now else "assign" if same else "retrace")
+    except (schedule_specs.ScheduleError, ValueError) as error:
+        state["live_messages"] = [("error", f"not sent to run #{run['id']}: {error}")]
+        return
+    if kind == "none":
+        return
+    from runs import control
+
+    try:
+        command = control.set_hyper(store(), run["id"], name, value, source="user",
+                                    caller=session_runs.caller())
+    except (control.NotOwner, ValueError) as error:
+        state["live_messages"] = [("error", f"{name} not sent: {error}")]
+        return
+    if isinstance(value, dict) and kind == "assign":
+        before = now["config"] if now else {}
+        shown = value["class_name"] + " (" + ", ".join(
+            f"{k}: {before.get(k)} -> {v}" for k, v in value["config"].items()
+            if before.get(k) != v) + ")"
+    else:
+        shown = value["class_name"] if isinstance(value, dict) else (
+            "constant" if value is None else f"{value:g}")
+    state["live_messages"] = [("success" if kind == "assign" else "warning", (
+        f"{name} = {shown} sent to run #{run['id']} (command {command}): "
+        + ("new numbers of the same schedule: tf.Variable assigns, in effect at the next step, "
+           "no retrace" if kind == "assign" else
+           "a different kind of change (a new schedule object, or decay, a plain attribute "
+           "the trace baked in): the step function is rebuilt between two steps, costing one "
+           "retrace (see `step traces` in the changes table)")))]
+
+
+def schedule_section(specs, values: dict[str, float]) -> str | None:
+    """The Setup's learning-rate schedule: picker, parameters, decay and a NumPy preview of the
+    rate over the run's steps with the regime changes marked; returns the refusal, if any."""
+    st.subheader("Learning-rate schedule")
+    schedule, error = schedule_widgets(on_change=on_schedule_change)
+    if error or not any(s.name == "learning_rate" for s in specs):
+        return error
+    total = int(st.session_state[fields.session_key("steps")])
+    decay = float(st.session_state[fields.session_key("decay")])
+    if schedule is None and decay == 0:
+        return None
+    total = min(total, 100_000) if st.session_state.get("continuous") else total
+    preview = schedule_specs.preview_points(schedule, total, values.get("learning_rate", 0.01),
+                                            decay)
+    marks = schedule_specs.schedule_marks(schedule, total)
+    st.plotly_chart(figures.learning_rate_figure(preview, marks=marks, uirevision="preview",
+                                                 height=200),
+                    key="lr_preview", width="stretch", config={"displaylogo": False})
+    return None
+
+
 # ----- sidebar ---------------------------------------------------------------------------------
 def hyper_prefix(optimizer: str, options: dict[str, Any]) -> str:
     """Key prefix of the hyperparameter widgets (`settings.fields.hyper_prefix`)."""
@@ -226,6 +302,7 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
             st.caption(f"Run #{live_run['id']} is active: moving a value changes it live "
                        "(`_set_hyper` assigns the tf.Variable, no retrace).")
         values = hyper_widgets(specs, hyper_prefix(optimizer, options), on_change=on_hyper_change)
+        schedule_error = schedule_section(specs, values)
         with st.expander(f"{optimizer}: the update rule"):
             rule_view.show(optimizer, key="train_rule")
         for level, text in state["live_messages"]:
@@ -248,7 +325,10 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
                 **args, disabled=field == "steps" and state["continuous"])
         st.selectbox("dtype", fields.choices("dtype"), key=fields.session_key("dtype"),
                      help=fields.help_text("dtype"))
-        devices = ["auto"] + device_names()
+        names, final = device_names()
+        devices = ["auto"] + names
+        if state["device"] not in devices and not final:  # judged once the list is known
+            devices.append(state["device"])
         if state["device"] not in devices:  # e.g. a shared link from a machine with a GPU
             canonical = "/device:" + state["device"].removeprefix("/device:").lstrip("/")
             if canonical not in devices:
@@ -259,7 +339,7 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
         hypergradient_widgets(optimizer, specs)
         bad = invalid_hypers(specs, values)
         st.button("Start", key="start", type="primary", on_click=on_start,
-                  width="stretch", disabled=bool(bad) or not specs)
+                  width="stretch", disabled=bool(bad) or not specs or bool(schedule_error))
         for message in state["start_errors"]:
             st.error(message)
 
@@ -307,20 +387,27 @@ def live_body(run_id: int, was_active: bool) -> None:
     if was_active and not active:
         st.rerun(scope="app")  # once: redraw the whole page (selector labels, static mode)
     scalars = store().scalars(run_id, max_points=run_panels.DISPLAY_POINTS)
-    st.markdown(run_controls.status_line(store(), run, scalars))
-    if run["total_steps"] < run_controls.continuous_steps():
-        st.progress(min(run["step"] / max(run["total_steps"], 1), 1.0))
-    if run["message"]:
-        (st.error if run["status"] in ("failed", "diverged") else st.caption)(run["message"])
-    commands = store().commands(run_id)
-    run_controls.controls(store(), run, commands)
-    for level, text in st.session_state["control_messages"]:  # told at once, by the buttons
-        getattr(st, level)(text)
-    for _, row in commands[commands["status"] == "refused"].tail(3).iterrows():
-        st.warning(f"command {row['id']} {row['kind']} {row['payload']} refused: {row['message']}")
+    # One container for everything above the charts: the number of messages varies from one
+    # refresh to the next, and a chart whose position among its siblings shifts is remounted
+    # by the browser (drawn from scratch: blank for a moment). Inside a container the shift
+    # stays inside it, and the charts below keep their element identity.
+    with st.container():
+        st.markdown(run_controls.status_line(store(), run, scalars))
+        if run["total_steps"] < run_controls.continuous_steps():
+            st.progress(min(run["step"] / max(run["total_steps"], 1), 1.0))
+        if run["message"]:
+            (st.error if run["status"] in ("failed", "diverged") else st.caption)(run["message"])
+        commands = store().commands(run_id)
+        run_controls.controls(store(), run, commands)
+        for level, text in st.session_state["control_messages"]:  # told at once, by the buttons
+            getattr(st, level)(text)
+        for _, row in commands[commands["status"] == "refused"].tail(3).iterrows():
+            st.warning(f"command {row['id']} {row['kind']} {row['payload']} refused: "
+                       f"{row['message']}")
     views = {
-        "Curves": lambda: run_panels.curves_tab(
+        "Curves": lambda: (run_panels.curves_tab(
             store(), run, scalars, tuple(s.name for s in run_specs(run) if s.log_scale)),
+            run_controls.learning_rate_panel(run, scalars)),
         "Slots": lambda: run_panels.slots_tab(store(), run),
         "Config": lambda: run_panels.config_tab(store(), run),
     }

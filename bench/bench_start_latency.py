@@ -1,0 +1,112 @@
+"""Benchmark: Start -> first step recorded, cold run process vs warm worker (issue 13).
+
+    PYTHONPATH=. python bench/bench_start_latency.py [--rounds 5] [--model logistic]
+
+In one process and one temporary store, alternating cold and warm runs (the order flips every
+round): `control.start_run` of a digits run (30 steps), then the store is polled every 10 ms
+until the run's `step` >= 1 (the first batch of records committed). Before every measured Start
+the warm pool has its spare `ready` and no other run is active, so neither kind shares the
+cores with a TensorFlow import of ours (other load on the machine is shared by both: the rounds
+alternate). Cold = `OPTIMIZER_LAB_WARM_WORKERS=off` (a `python -m runs.worker` per run); warm =
+a ready warm worker (`runs.warm_pool`). Prints per-kind median/min/max of Start -> first step
+and of Start -> taken (`runs.taken_at - runs.created`), the ratio cold/warm of the medians, the
+resident size of an idle warm worker (VmRSS, MB), and the machine's load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runs import control, worker_table  # noqa: E402
+from runs.processes import rss_mb  # noqa: E402
+from runs.store import FINAL_STATUSES, RunStore  # noqa: E402
+from settings.run_config import RunConfig  # noqa: E402
+
+
+def measure(store: RunStore, config: RunConfig, warm: bool) -> tuple[float, float, str]:
+    """(Start -> first step s, Start -> taken s, worker kind) of one run, run to its end."""
+    os.environ[control.WARM_ENV] = "on" if warm else "off"
+    started = time.time()
+    run_id = control.start_run(config, store)
+    while True:
+        run = store.run(run_id)
+        if run["step"] >= 1:
+            first = time.time() - started
+            break
+        if run["status"] in FINAL_STATUSES:
+            raise RuntimeError(f"run {run_id} ended before its first step: {run['message']}")
+        time.sleep(0.01)
+    run = control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=600)
+    if run["status"] != "finished":
+        raise RuntimeError(f"run {run_id} {run['status']}: {run['message']}")
+    return first, run["taken_at"] - run["created"], run["worker"]
+
+
+def quiet(store: RunStore, pool) -> float | None:
+    """Wait until no run is active and the spare is ready; returns its VmRSS in MB."""
+    os.environ[control.WARM_ENV] = "on"
+    while store.active_count():
+        time.sleep(0.05)
+    pool.wait_ready(1, timeout_s=600)
+    while any(s["state"] == "warming" for s in worker_table.spares(store)):
+        time.sleep(0.05)
+    pids = [s["pid"] for s in worker_table.spares(store) if s["state"] == "ready"]
+    return rss_mb(pids[0]) if pids else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--model", default="logistic", choices=("logistic", "mlp"))
+    args = parser.parse_args()
+    os.environ[control.POOL_SIZE_ENV] = "1"
+    config = RunConfig(dataset="digits", model=args.model, steps=30, eval_every=10)
+    results: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
+    sizes: list[float] = []
+    # a run process that just ended may still close its log: never fail on the clean-up
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as home:
+        os.environ["OPTIMIZER_LAB_HOME"] = home
+        store = RunStore()
+        pool = control.keep_warm(store)
+        try:
+            for round_ in range(args.rounds):
+                order = ("cold", "warm") if round_ % 2 == 0 else ("warm", "cold")
+                for kind in order:
+                    size = quiet(store, pool)
+                    if size is not None:
+                        sizes.append(size)
+                    first, taken, worker = measure(store, config, kind == "warm")
+                    if worker != kind:
+                        raise RuntimeError(f"a {kind} round ran on a {worker} worker")
+                    results[kind].append((first, taken))
+                    print(f"round {round_ + 1} {kind}: first step {first:6.2f} s, "
+                          f"taken {taken:6.2f} s", flush=True)
+        finally:
+            control.shutdown_warm_pool()
+    print(f"\nStart -> first step recorded, digits/{args.model}, median of {args.rounds} "
+          f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    print(f"{'kind':<6}{'median s':>10}{'min s':>8}{'max s':>8}{'taken median s':>16}")
+    for kind in ("cold", "warm"):
+        firsts = [f for f, _ in results[kind]]
+        takens = [t for _, t in results[kind]]
+        print(f"{kind:<6}{statistics.median(firsts):>10.2f}{min(firsts):>8.2f}"
+              f"{max(firsts):>8.2f}{statistics.median(takens):>16.2f}")
+    cold = statistics.median(f for f, _ in results["cold"])
+    warm = statistics.median(f for f, _ in results["warm"])
+    print(f"ratio cold/warm (median Start -> first step): {cold / warm:.2f}x")
+    if sizes:
+        print(f"idle warm worker VmRSS: median {statistics.median(sizes):.0f} MB "
+              f"(min {min(sizes):.0f}, max {max(sizes):.0f})")
+
+
+if __name__ == "__main__":
+    main()
