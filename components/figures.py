@@ -124,7 +124,7 @@ def decimation_markers(fig: go.Figure, last_step: int) -> None:
 def schedule_lines(fig: go.Figure, marks: Sequence[tuple[int, str]], row: int | None = None
                    ) -> None:
     """A dash-dot green vertical line at every `(step, label)` of a learning-rate schedule
-    (`optimizers.schedule_specs.schedule_marks`: boundaries, restarts, staircase steps,
+    (`optimizers.schedule_curves.schedule_marks`: boundaries, restarts, staircase steps,
     warm-up end): the first step of the new regime. Labelled when there are at most 12."""
     for step, label in marks:
         fig.add_vline(x=int(step), line={"dash": "dashdot", "color": "seagreen", "width": 1},
@@ -143,7 +143,7 @@ def learning_rate_figure(
 
     Args:
         planned: (steps [n], learning rates [n]) computed in NumPy from the schedule's formulas
-            (`optimizers.schedule_specs.schedule_curve`, step t uses iterations t - 1); a line.
+            (`optimizers.schedule_curves.schedule_curve`, step t uses iterations t - 1); a line.
         recorded: scalar rows `step, name, value` whose `learning_rate (effective)` rows (what
             `_decayed_lr` returned, recorded by the run) are drawn as markers.
         marks: `(step, label)` regime changes drawn by `schedule_lines`.

@@ -18,7 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from components import figures, session_runs
-from optimizers import schedule_specs
+from optimizers import schedule_curves, schedule_specs
 from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, RunStore
 from settings import fields
 
@@ -203,8 +203,8 @@ def learning_rate_panel(run: dict[str, Any], scalars: pd.DataFrame) -> None:
         schedule = schedule_specs.validate_schedule("lr_schedule", schedule)
     except schedule_specs.ScheduleError:
         schedule = None
-    preview = schedule_specs.preview_points(schedule, total, rate, decay)
-    marks = schedule_specs.schedule_marks(schedule, total)
+    preview = schedule_curves.preview_points(schedule, total, rate, decay)
+    marks = schedule_curves.schedule_marks(schedule, total)
     st.markdown(f"**Learning rate** ({schedule['class_name'] if schedule else 'constant'}"
                 f"{f', decay {decay:g}' if decay else ''}; line = the schedule in use now, in "
                 "NumPy; dots = what `_decayed_lr` returned at each recorded step)")

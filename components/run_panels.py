@@ -15,7 +15,7 @@ import streamlit as st
 from components import figures
 from components import inspect_figures
 from components import rule_view
-from optimizers import schedule_specs
+from optimizers import schedule_curves, schedule_specs
 from runs.store import RunStore
 from components.figures import DISPLAY_POINTS, HEATMAP_STEPS
 
@@ -59,7 +59,7 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
     changes = store.hyper_changes(rid)
     state = st.session_state
     state.setdefault(f"smooth_{rid}", 0.0)
-    marks = schedule_specs.schedule_marks(  # the run's schedule as started (config)
+    marks = schedule_curves.schedule_marks(  # the run's schedule as started (config)
         schedule_specs.validate_schedule("lr_schedule", run["config"].get("lr_schedule")),
         int(run["total_steps"]))
     left, right = st.columns(2)

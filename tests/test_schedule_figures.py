@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from components import figures
-from optimizers.schedule_specs import (EFFECTIVE_LR, preview_points, schedule_curve,
-                                       schedule_marks, validate_schedule)
+from optimizers.schedule_curves import preview_points, schedule_curve, schedule_marks
+from optimizers.schedule_specs import EFFECTIVE_LR, validate_schedule
 
 CASES = [  # (class, config): every class, its branches (staircase, cycle, warm-up, t_mul = 1)
     ("ExponentialDecay", {"initial_learning_rate": 0.1, "decay_steps": 30, "decay_rate": 0.6}),

@@ -23,7 +23,7 @@ from components import device_list, session_runs
 from components import figures
 from components.hyper_widgets import (hyper_widgets, invalid_hypers, option_widgets,
                                       schedule_widgets, slider_bounds)
-from optimizers import registry, schedule_specs
+from optimizers import registry, schedule_curves, schedule_specs
 from optimizers.hyperparams import InvalidHyperparameter
 from settings.run_config import COMPATIBLE_MODELS, RunConfig
 from runs.store import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED, RunStore, default_store_path
@@ -265,9 +265,9 @@ def schedule_section(specs, values: dict[str, float]) -> str | None:
     if schedule is None and decay == 0:
         return None
     total = min(total, 100_000) if st.session_state.get("continuous") else total
-    preview = schedule_specs.preview_points(schedule, total, values.get("learning_rate", 0.01),
+    preview = schedule_curves.preview_points(schedule, total, values.get("learning_rate", 0.01),
                                             decay)
-    marks = schedule_specs.schedule_marks(schedule, total)
+    marks = schedule_curves.schedule_marks(schedule, total)
     st.plotly_chart(figures.learning_rate_figure(preview, marks=marks, uirevision="preview",
                                                  height=200),
                     key="lr_preview", width="stretch", config={"displaylogo": False})
