@@ -12,15 +12,14 @@ import streamlit as st
 
 st.set_page_config(page_title="Optimizer Lab", layout="wide")
 
-from components.plugin_loader import load_plugins
+from components.plugin_loader import load_plugins, start_plugin_check
 from components.session_runs import keep_alive, remember_browser
 from components.store_guard import store_guard
 from runs.store import RunStore, default_store_path
 
-load_plugins()  # import, contract-check and register the plugins folder once per server
-
+HOME = st.Page("views/home.py", title="Home", icon=":material/school:", default=True)
 PAGES = [
-    st.Page("views/home.py", title="Home", icon=":material/school:", default=True),
+    HOME,
     st.Page("views/train.py", title="Train", icon=":material/model_training:"),
     # `*_page.py`: a page file named like a package (runs/, hypergrad/) would shadow it when
     # the page runs with views/ first on sys.path (AppTest does that); the URL stays /hypergrad
@@ -38,6 +37,13 @@ PAGES = [
 ]
 
 pg = st.navigation(PAGES)
+# Plugins are contract-checked once per server in a child process (~5 s: it imports
+# TensorFlow). Home lists no optimizer: it only starts the check, so its first paint does not
+# wait; every other page may name a plugin optimizer (a share link, a run) and waits for it.
+if pg is HOME:  # (without a runtime, `st.navigation` returns a stand-in: not HOME)
+    start_plugin_check()
+else:
+    load_plugins()
 with st.sidebar:  # renders nothing: this browser's token cookie, its heartbeat, the dispatcher
     remember_browser()
     with store_guard():  # a read-only or full data directory: one line, not a traceback

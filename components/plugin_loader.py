@@ -1,7 +1,9 @@
 """Plugin discovery once per server process (Streamlit cache around `optimizers.plugins`).
 
-Call `load_plugins()` at the top of the entry point (and of any page that lists optimizers):
-the first call checks every plugin file in a child process with a time limit
+`start_plugin_check()` starts the check in a background thread (the entry point calls it for
+the Home page, whose first paint must not wait); `load_plugins()` (the entry point, for every
+other page) waits for it and registers. The check runs every plugin file in a child process with
+a time limit
 (`plugins.discover_bounded`: a file that hangs at import is reported "import did not finish in
 10 s: not loaded"), registers the classes that passed from the catalog data the child sent
 (specs, options, `is_rule`), and later calls return the same reports. No plugin file, and so
@@ -13,16 +15,28 @@ optimizer object is built (`registry.get`), and the run processes import it them
 from __future__ import annotations
 
 import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import streamlit as st
 
 from optimizers import plugin_process, plugins
 
 
-@st.cache_resource(show_spinner="Checking optimizer plugins (in a time-limited process)...")
-def _discover(directory: str, import_timeout: float, check_timeout: float
-              ) -> list[plugins.PluginReport]:
-    return plugins.discover_bounded(directory, import_timeout, check_timeout)
+# One background check per (folder, limits) per server process: the child imports TensorFlow
+# (~5 s), and the Home page must not wait for it (first paint). The futures hold only the
+# child's JSON reports; registering happens in the caller's (script) thread.
+_EXECUTOR = ThreadPoolExecutor(max_workers=1, thread_name_prefix="plugin-check")
+_CHECKS: dict[tuple[str, float, float], Future] = {}
+_LOCK = threading.Lock()
+
+
+def _check(directory: str, import_timeout: float, check_timeout: float) -> Future:
+    key = (directory, import_timeout, check_timeout)
+    with _LOCK:
+        if key not in _CHECKS:
+            _CHECKS[key] = _EXECUTOR.submit(plugins.check_bounded, *key)
+        return _CHECKS[key]
 
 
 def _timeouts() -> tuple[float, float]:
@@ -39,10 +53,21 @@ def _timeouts() -> tuple[float, float]:
     return limits[0], limits[1]
 
 
+def start_plugin_check() -> None:
+    """Start the plugin check in the background and return at once (the Home page calls it:
+    its first paint does not wait for the child process; `load_plugins` later collects)."""
+    directory = str(plugins.plugins_dir())
+    os.environ[plugins.ENV_VAR] = directory
+    if not plugins.folder_problem(directory):
+        _check(directory, *_timeouts())
+
+
 def load_plugins() -> tuple[str, list[plugins.PluginReport]]:
     """(plugins folder, one report per plugin file; none when the folder is missing, see
-    `optimizers.plugins.folder_problem`). Never raises for a broken or hanging plugin, nor for
-    a refused `OPTIMIZER_LAB_PLUGIN_TIMEOUT_S` (a warning, then the default).
+    `optimizers.plugins.folder_problem`), the passing classes registered. Waits for the
+    background check (`start_plugin_check`) with a spinner the first time. Never raises for a
+    broken or hanging plugin, nor for a refused `OPTIMIZER_LAB_PLUGIN_TIMEOUT_S` (a warning,
+    then the default).
     """
     directory = str(plugins.plugins_dir())
     # run processes started from this server inherit the folder (the --plugins flag is only in
@@ -51,10 +76,22 @@ def load_plugins() -> tuple[str, list[plugins.PluginReport]]:
     os.environ[plugins.ENV_VAR] = directory
     if plugins.folder_problem(directory):  # not cached: a folder created later is found
         return directory, []
-    reports = _discover(directory, *_timeouts())
+    key = (directory, *_timeouts())
+    check = _check(*key)
+    try:
+        if not check.done():
+            with st.spinner("Checking optimizer plugins (in a time-limited process)..."):
+                check.result()
+        check.result()
+    except Exception:
+        with _LOCK:  # not cached: the next page run checks again
+            _CHECKS.pop(key, None)
+        raise
+    # idempotent ("already registered"): registers again after a test restored the registry
+    reports = plugins.register_checked(check.result())
     os.environ[plugins.LOADED_ENV_VAR] = os.pathsep.join(
         r.path for r in reports if r.error is None)
     return directory, reports
 
 
-__all__ = ["load_plugins"]
+__all__ = ["load_plugins", "start_plugin_check"]

@@ -125,7 +125,13 @@ def beat(store: RunStore) -> None:
     """Touch this session's live runs and start queued runs if the pool has room."""
     from runs import control
 
-    control.keep_warm(store)  # idempotent: spares are ready before this session's first Start
+    # Spares (TensorFlow imports, seconds of both cores) start from this session's second beat
+    # on: on the first one the server is painting its first page and checking plugins, and a
+    # Start before then (or on a server without spares) goes cold and refills the pool.
+    beats = st.session_state.get("_heartbeats", 0)
+    st.session_state["_heartbeats"] = beats + 1
+    if beats:
+        control.keep_warm(store)  # idempotent
     live = store.runs()
     live = live[live["status"].isin(LIVE_STATUSES)]
     mine = set(store.owned_runs(caller().owner))

@@ -302,9 +302,23 @@ def discover_bounded(directory: Path | str | None = None, import_timeout: float 
     Raises:
         ValueError: a timeout environment variable is refused (the message names it).
     """
+    return register_checked(check_bounded(directory, import_timeout, check_timeout))
+
+
+def check_bounded(directory: Path | str | None = None, import_timeout: float | None = None,
+                  check_timeout: float | None = None) -> list[dict]:
+    """The slow half of `discover_bounded`: the child process's reports as JSON dicts, nothing
+    registered (safe to run in a background thread; `register_checked` then registers in the
+    caller's thread)."""
     folder = Path(directory) if directory is not None else plugins_dir()
+    return plugin_process.check_in_child(plugin_files(folder), import_timeout, check_timeout)
+
+
+def register_checked(datas: list[dict]) -> list[PluginReport]:
+    """Register the classes that passed in the child (`check_bounded`'s dicts) from their
+    catalog data; returns the reports."""
     reports = []
-    for data in plugin_process.check_in_child(plugin_files(folder), import_timeout, check_timeout):
+    for data in datas:
         report = PluginReport.from_dict(data)
         for entry in report.classes:
             if entry.catalog is not None and entry.passed and entry.is_rule_optimizer:
@@ -394,7 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = ["ensure_registered", "ClassReport", "ENV_VAR", "LOADED_ENV_VAR", "NAME_PATTERN", "PluginReport",
-           "check_file", "discover", "discover_bounded", "folder_problem", "import_plugin",
+           "check_bounded", "check_file", "discover", "discover_bounded", "folder_problem",
+           "import_plugin", "register_checked",
            "main", "plugin_files", "plugins_dir", "registry_name"]
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Entry points: a run-config file (`settings.config_file`, `RunConfig`), an export
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import json
 import os
@@ -545,8 +546,8 @@ def test_plugins_page_names_each_failed_file(plugin_dir, monkeypatch):
     monkeypatch.setenv(plugins.ENV_VAR, str(plugin_dir))
     # the contract check is stubbed in this process (see `plugin_dir`); a bounded check would
     # run it in a child that cannot see the stub (tests/test_plugin_timeout.py covers that path)
-    monkeypatch.setattr(plugins, "discover_bounded",
-                        lambda directory=None, *a: plugins.discover(directory))
+    monkeypatch.setattr(plugins, "check_bounded", lambda directory=None, *a: [
+        dataclasses.asdict(report) for report in plugins.discover(directory)])
     at = _plugins_page()
     errors = [e.value for e in at.error]
     for name, fragment in [("syntax_error.py", "line 3: SyntaxError"),
