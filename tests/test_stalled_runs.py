@@ -136,6 +136,12 @@ def test_a_real_worker_frozen_with_sigstop_stays_active(store, monkeypatch):
     step = run["step"]
     os.kill(pid, signal.SIGCONT)
     run = control.wait_for_step(store, run_id, step + 50, timeout_s=60)
+    # the first batch written after SIGCONT may be one built before SIGSTOP (its heartbeat time
+    # too): the run counts as live again at the next heartbeat (every HEARTBEAT_S = 1 s)
+    deadline = time.monotonic() + 30
+    while store.stalled_for(run) is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run = store.run(run_id)
     assert run["status"] == "running" and store.stalled_for(run) is None
     os.kill(pid, signal.SIGSTOP)
     time.sleep(7)
