@@ -131,7 +131,10 @@ def beat(store: RunStore) -> None:
     beats = st.session_state.get("_heartbeats", 0)
     st.session_state["_heartbeats"] = beats + 1
     if beats:
-        control.keep_warm(store)  # idempotent
+        try:
+            control.keep_warm(store)  # idempotent
+        except ValueError as error:  # a refused OPTIMIZER_LAB_WARM_WORKERS: runs go cold
+            st.sidebar.caption(f"warm workers off: {error}")
     live = store.runs()
     live = live[live["status"].isin(LIVE_STATUSES)]
     mine = set(store.owned_runs(caller().owner))

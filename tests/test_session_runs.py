@@ -79,6 +79,23 @@ def test_heartbeat_touches_only_this_sessions_live_runs(store):
     assert store.run(theirs)["viewer_heartbeat"] is None
 
 
+def test_a_refused_warm_worker_setting_does_not_stop_the_heartbeat(store, monkeypatch):
+    """From the second beat on the heartbeat keeps warm workers; a refused
+    OPTIMIZER_LAB_WARM_WORKERS is one caption, and the session's runs are still touched."""
+    from runs import control
+
+    monkeypatch.setenv(control.WARM_ENV, "maybe")
+    mine = running_run(store, Caller(TOKEN_A).owner)
+    at = session(TOKEN_A)
+    at.run()
+    before = time.time()
+    at.run()  # the second beat
+    assert not at.exception, at.exception
+    assert store.run(mine)["viewer_heartbeat"] >= before
+    assert any("warm workers off" in c.value and "'maybe' refused" in c.value
+               for c in at.sidebar.caption)
+
+
 def test_another_browsers_run_cannot_be_taken_over(store, monkeypatch):
     monkeypatch.setenv(ownership.TAKEOVER_ENV, "150")  # even with the fallback on
     run_id = running_run(store, Caller(TOKEN_A).owner)
