@@ -8,18 +8,9 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers.adam import Adam, adam_coefficients, adam_update
-from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE, HyperSpec
+from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE  # noqa: F401
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
-
-ADAMW_REFERENCE = (
-    "Loshchilov & Hutter 2019, 'Decoupled Weight Decay Regularization', ICLR, "
-    "arXiv:1711.05101, Algorithm 2"
-)
-WEIGHT_DECAY = HyperSpec(
-    "weight_decay", 0.004, 0.0, 1.0,
-    "fraction of the weights removed each step, scaled by the learning rate (decoupled decay)",
-    reference=ADAMW_REFERENCE,
-)
+from optimizers.catalog import ADAMW_REFERENCE, WEIGHT_DECAY  # noqa: F401  (public names kept)
 
 
 def adamw_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, tf.Tensor]:

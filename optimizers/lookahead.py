@@ -13,20 +13,8 @@ from optimizers.hyperparams import HyperSpec, find_spec
 from optimizers.wrapping import (LegacyOptimizer, OwnWeightsWrapper, Wrapper, check_inner,
                                  resolver)
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
-
-LOOKAHEAD_REFERENCE = (
-    "Zhang, Lucas, Hinton & Ba 2019, 'Lookahead Optimizer: k steps forward, 1 step back', "
-    "NeurIPS, arXiv:1907.08610, Algorithm 1"
-)
-SYNC_PERIOD = HyperSpec(
-    "sync_period", 6.0, 1.0, 1000.0, "k: inner (fast) steps between two slow-weight syncs",
-    reference=LOOKAHEAD_REFERENCE, integer=True,
-)
-SLOW_STEP_SIZE = HyperSpec(
-    "slow_step_size", 0.5, 0.0, 1.0, "alpha: fraction of the way the slow weights move to the fast",
-    reference=LOOKAHEAD_REFERENCE, low_inclusive=False,
-)
-
+from optimizers.catalog import (LOOKAHEAD_REFERENCE, SLOW_STEP_SIZE,  # noqa: F401 (public)
+                                SYNC_PERIOD)
 
 
 class LookaheadSlots(NamedTuple):

@@ -13,15 +13,7 @@ from optimizers.base import DeclaredSlots, shortest_float
 from optimizers.hyperparams import HyperSpec, InvalidHyperparameter, find_spec
 from optimizers.wrapping import LegacyOptimizer, OwnWeightsWrapper, Wrapper
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
-
-MOVING_AVERAGE_REFERENCE = (
-    "Polyak & Juditsky 1992 (averaging); TensorFlow Addons tfa.optimizers.MovingAverage "
-    "(average_decay, num_updates, start_step, dynamic_decay); tf.train.ExponentialMovingAverage"
-)
-AVERAGE_DECAY = HyperSpec(
-    "average_decay", 0.99, 0.0, 1.0, "d: fraction of the old average kept at each step",
-    reference=MOVING_AVERAGE_REFERENCE, library_low=0.0, library_high=1.0,
-)
+from optimizers.catalog import AVERAGE_DECAY, MOVING_AVERAGE_REFERENCE  # noqa: F401 (public)
 
 
 class MovingAverageSlots(NamedTuple):

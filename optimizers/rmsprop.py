@@ -8,16 +8,10 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers.base import RuleOptimizer
-from optimizers.hyperparams import EPSILON, LEARNING_RATE, MOMENTUM, HyperSpec
+from optimizers.hyperparams import EPSILON, LEARNING_RATE, MOMENTUM  # noqa: F401
 from optimizers.rules import keras_epsilon, safe_sqrt
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
-
-RHO = HyperSpec(
-    "rho", 0.9, 0.0, 1.0, "decay rate of the running mean of squared gradients rms",
-    reference=("Tieleman & Hinton 2012, Coursera lecture 6.5; centered form: Graves 2013, "
-               "'Generating Sequences With Recurrent Neural Networks', arXiv:1308.0850, eq. 38-45"),
-    high_inclusive=False,
-)
+from optimizers.catalog import RHO  # noqa: F401  (public names kept)
 
 
 class RMSpropSlots(NamedTuple):

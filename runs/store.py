@@ -105,6 +105,29 @@ class RunStore(RecordTables):
                             raise
 
     @contextlib.contextmanager
+    def immediate(self) -> Iterator[sqlite3.Connection]:
+        """One `BEGIN IMMEDIATE` transaction (the write lock taken up front: a read-then-write
+        cannot be overtaken by another writer); committed on success, rolled back on error.
+
+        Raises:
+            StoreUnavailable: the store cannot be written.
+        """
+        con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            yield con
+            con.execute("COMMIT")
+        except BaseException as error:
+            if con.in_transaction:
+                con.execute("ROLLBACK")
+            unavailable = _unavailable(self.path, error)
+            if unavailable is not None:
+                raise unavailable from error
+            raise
+        finally:
+            con.close()
+
+    @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
         """One connection and one transaction (committed on success, rolled back on error).
 
@@ -207,9 +230,7 @@ class RunStore(RecordTables):
         whose process lives keeps it).
         """
         self.mark_interrupted()
-        con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        try:
-            con.execute("BEGIN IMMEDIATE")
+        with self.immediate() as con:
             active_mb = [
                 max(admission.estimate_mb(json.loads(config)),
                     (rss_mb(pid) or 0.0) if same_process_alive(pid, start) else 0.0)
@@ -237,16 +258,6 @@ class RunStore(RecordTables):
                 " WHERE id = ?",
                 [(now, now, run_id) for run_id in ids],
             )
-            con.execute("COMMIT")
-        except BaseException as error:
-            if con.in_transaction:
-                con.execute("ROLLBACK")
-            unavailable = _unavailable(self.path, error)
-            if unavailable is not None:
-                raise unavailable from error
-            raise
-        finally:
-            con.close()
         return ids
 
     def queue_positions(self) -> dict[int, int]:

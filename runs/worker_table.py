@@ -11,45 +11,19 @@ row, so each run has exactly one worker.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sqlite3
 import time
-from typing import Any, Iterator
+from typing import Any
 
 from runs.processes import same_process_alive
 from runs.store import ACTIVE_STATUSES, QUEUED, RunStore
-from runs.store_files import _unavailable
 
 SPARE_STATES = ("warming", "ready")
 # Variables copied from the dispatcher into the worker at assignment: the plugin folder and the
 # plugin files the server imported may have changed since the worker started.
 ENV_PREFIX = "OPTIMIZER_LAB_"
-
-
-@contextlib.contextmanager
-def _immediate(store: RunStore) -> Iterator[sqlite3.Connection]:
-    """One `BEGIN IMMEDIATE` transaction (the write lock taken up front: a read-then-write
-    cannot be overtaken by another writer); committed on success, rolled back on error.
-
-    Raises:
-        StoreUnavailable: the store cannot be written.
-    """
-    con = sqlite3.connect(store.path, timeout=30.0, isolation_level=None)
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        yield con
-        con.execute("COMMIT")
-    except BaseException as error:
-        if con.in_transaction:
-            con.execute("ROLLBACK")
-        unavailable = _unavailable(store.path, error)
-        if unavailable is not None:
-            raise unavailable from error
-        raise
-    finally:
-        con.close()
 
 
 def register(store: RunStore, parent_pid: int) -> int:
@@ -114,7 +88,7 @@ def assign(store: RunStore, run_id: int) -> tuple[int, int] | None:
     a SIGKILL of the worker marks the run interrupted). Ready rows whose process is gone are
     marked `gone` on the way.
     """
-    with _immediate(store) as con:
+    with store.immediate() as con:
         found = con.execute("SELECT status, pid FROM runs WHERE id = ?", (run_id,)).fetchone()
         if found is None or found[0] != "starting" or found[1] is not None:
             return None  # gone, stopped, or it already has a process (warm or cold)
@@ -151,7 +125,7 @@ def retire(store: RunStore, parent_pid: int) -> list[tuple[int, int]]:
     """Ask the idle (`warming`/`ready`) workers started by `parent_pid` to exit: state
     `retired`, in one transaction (an `assign` racing with it gets the worker or not, never a
     retired one). Returns their (worker id, pid) to signal; pid 0 when not yet known."""
-    with _immediate(store) as con:
+    with store.immediate() as con:
         rows = con.execute(
             f"SELECT id, pid FROM workers WHERE parent_pid = ? AND state IN {SPARE_STATES}",
             (parent_pid,)).fetchall()

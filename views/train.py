@@ -165,15 +165,25 @@ def on_start() -> None:
     state["live_messages"] = state["control_messages"] = []
 
 
+def live_run_to_steer(name: str) -> dict[str, Any] | None:
+    """The selected run when it is live and this session's (a change of `name` is sent to it);
+    None otherwise, saying so when the run is another session's."""
+    run = selected_run()
+    if run is None or run["status"] not in ACTIVE_STATUSES:
+        return None
+    if not session_runs.owns(run):
+        st.session_state["live_messages"] = [
+            ("info", f"{name} not sent: run #{run['id']} belongs to another browser session "
+                     "(view only)")]
+        return None
+    return run
+
+
 def on_hyper_change(name: str) -> None:
     """A Setup hyperparameter widget moved: send it to the selected run when that run is live."""
     state = st.session_state
-    run = selected_run()
-    if run is None or run["status"] not in ACTIVE_STATUSES:
-        return
-    if not session_runs.owns(run):
-        state["live_messages"] = [("info", f"{name} not sent: run #{run['id']} belongs to "
-                                           "another browser session (view only)")]
+    run = live_run_to_steer(name)
+    if run is None:
         return
     optimizer = state["optimizer"]
     options = {k: state[f"opt_{optimizer}_{k}"] for k in registry.option_defaults(optimizer)}
@@ -204,12 +214,8 @@ def on_schedule_change(name: str) -> None:
     """The schedule picker, a schedule parameter or `decay` moved: send it to the selected run
     when that run is live and this session's, saying which kind of change it is."""
     state = st.session_state
-    run = selected_run()
-    if run is None or run["status"] not in ACTIVE_STATUSES:
-        return
-    if not session_runs.owns(run):
-        state["live_messages"] = [("info", f"{name} not sent: run #{run['id']} belongs to "
-                                           "another browser session (view only)")]
+    run = live_run_to_steer(name)
+    if run is None:
         return
     current, current_decay = run_controls.run_schedule(run)
     now = None
