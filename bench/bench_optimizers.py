@@ -1,20 +1,24 @@
-"""Step-time benchmark: the lab's pure-rule optimizers vs the Keras built-ins they replace.
+"""Step-time benchmark: the lab's optimizers (fused path and pure rule) vs the Keras built-ins.
 
-Not a test. For each case, builds two identical MLPs (64-256-256-10, float32), one trained by the
-lab's class and one by its Keras reference, and times their `tf.function` train steps interleaved
-(ours, keras, keras, ours, ...) on the same random batch of 128, so machine noise hits both alike.
+Not a test. For each case, builds three identical MLPs (64-256-256-10, float32), trained by the
+lab's class on its fused path (`fused=True`, the default: Keras's kernels where the configuration
+has one), by the lab's class on its pure rule (`fused=False`) and by the Keras reference, and
+times their `tf.function` train steps interleaved (the order rotating every round) on the same
+random batch of 128, so machine noise hits all three alike.
 Every case runs with schedule+decay off (float learning rate) and on (an `ExponentialDecay`
 learning rate plus the legacy `decay=1e-4` where the reference accepts it), in graph mode
 (`tf.function`, no XLA) and with `jit_compile=True` (XLA) for both. One table is printed: median
-step time of each (ms), the median of the per-pair ratios ours/keras (wall time) and the same
-for process CPU time (robust when other processes load the machine). Targets (issue 12):
+step time of each (ms), the medians of the per-round ratios fused/keras and pure/keras (wall
+time) and fused/keras in process CPU time (robust when other processes load the machine). Targets (issue 12):
 <= 1.05 graph, <= 1.00 XLA.
 
 References: `tf_keras.optimizers.legacy.*` (fused `ResourceApply*` kernels) for SGD, Adam,
 RMSprop, Adagrad; AdamW vs `tf_keras.optimizers.AdamW` (the non-legacy Keras 2 optimizer,
 `jit_compile=False`; it takes no `decay`, so "on" is the schedule only, for both); DiffGrad vs
 legacy Adam (it does Adam's work plus a sigmoid friction and a third slot, so its ratio is
-informative, not a target).
+informative, not a target). Each mode starts with a control row, "keras x3": the legacy Keras
+Adam in all three places, whose ratios show the bench's own noise floor on this machine
+(measured here: 0.97-1.04 graph, 0.99-1.01 XLA).
 
     PYTHONPATH=. python bench/bench_optimizers.py [--quick] [--only adam,sgd] [--modes graph,xla]
 """
@@ -50,32 +54,32 @@ def _decay(on: bool) -> dict:
     return {"decay": 1e-4} if on else {}
 
 
-# label -> (ours(on), reference(on)); `on` = schedule + decay
+# label -> (ours(on, fused), reference(on)); `on` = schedule + decay
 CASES = {
-    "sgd": (lambda on: SGD(_lr(on, 0.01), **_decay(on)),
+    "sgd": (lambda on, f: SGD(_lr(on, 0.01), **_decay(on), fused=f),
             lambda on: LEGACY.SGD(_lr(on, 0.01), **_decay(on))),
-    "sgd m=0.9": (lambda on: SGD(_lr(on, 0.01), momentum=0.9, **_decay(on)),
+    "sgd m=0.9": (lambda on, f: SGD(_lr(on, 0.01), momentum=0.9, **_decay(on), fused=f),
                   lambda on: LEGACY.SGD(_lr(on, 0.01), momentum=0.9, **_decay(on))),
-    "sgd nesterov": (lambda on: SGD(_lr(on, 0.01), 0.9, nesterov=True, **_decay(on)),
+    "sgd nesterov": (lambda on, f: SGD(_lr(on, 0.01), 0.9, nesterov=True, **_decay(on), fused=f),
                      lambda on: LEGACY.SGD(_lr(on, 0.01), 0.9, nesterov=True, **_decay(on))),
-    "adam": (lambda on: Adam(_lr(on, 1e-3), **_decay(on)),
+    "adam": (lambda on, f: Adam(_lr(on, 1e-3), **_decay(on), fused=f),
              lambda on: LEGACY.Adam(_lr(on, 1e-3), **_decay(on))),
-    "amsgrad": (lambda on: Adam(_lr(on, 1e-3), amsgrad=True, **_decay(on)),
+    "amsgrad": (lambda on, f: Adam(_lr(on, 1e-3), amsgrad=True, **_decay(on), fused=f),
                 lambda on: LEGACY.Adam(_lr(on, 1e-3), amsgrad=True, **_decay(on))),
-    "rmsprop": (lambda on: RMSprop(_lr(on, 1e-3), **_decay(on)),
+    "rmsprop": (lambda on, f: RMSprop(_lr(on, 1e-3), **_decay(on), fused=f),
                 lambda on: LEGACY.RMSprop(_lr(on, 1e-3), **_decay(on))),
-    "rmsprop ctr": (lambda on: RMSprop(_lr(on, 1e-3), centered=True, **_decay(on)),
+    "rmsprop ctr": (lambda on, f: RMSprop(_lr(on, 1e-3), centered=True, **_decay(on), fused=f),
                     lambda on: LEGACY.RMSprop(_lr(on, 1e-3), centered=True, **_decay(on))),
-    "rmsprop m=0.9": (lambda on: RMSprop(_lr(on, 1e-3), momentum=0.9, **_decay(on)),
+    "rmsprop m=0.9": (lambda on, f: RMSprop(_lr(on, 1e-3), momentum=0.9, **_decay(on), fused=f),
                       lambda on: LEGACY.RMSprop(_lr(on, 1e-3), momentum=0.9, **_decay(on))),
     "rmsprop ctr m": (
-        lambda on: RMSprop(_lr(on, 1e-3), momentum=0.9, centered=True, **_decay(on)),
+        lambda on, f: RMSprop(_lr(on, 1e-3), momentum=0.9, centered=True, **_decay(on), fused=f),
         lambda on: LEGACY.RMSprop(_lr(on, 1e-3), momentum=0.9, centered=True, **_decay(on))),
-    "adagrad": (lambda on: Adagrad(_lr(on, 1e-3), **_decay(on)),
+    "adagrad": (lambda on, f: Adagrad(_lr(on, 1e-3), **_decay(on), fused=f),
                 lambda on: LEGACY.Adagrad(_lr(on, 1e-3), **_decay(on))),
-    "adamw*": (lambda on: AdamW(_lr(on, 1e-3)),
+    "adamw*": (lambda on, f: AdamW(_lr(on, 1e-3), fused=f),
                lambda on: tf_keras.optimizers.AdamW(_lr(on, 1e-3), jit_compile=False)),
-    "diffgrad~adam": (lambda on: DiffGrad(_lr(on, 1e-3), **_decay(on)),
+    "diffgrad~adam": (lambda on, f: DiffGrad(_lr(on, 1e-3), **_decay(on), fused=f),
                       lambda on: LEGACY.Adam(_lr(on, 1e-3), **_decay(on))),
 }
 
@@ -112,28 +116,36 @@ def timed(step, x, y) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - start_cpu
 
 
-def bench(ours_opt, keras_opt, jit: bool, warmup: int, rounds: int) -> tuple[float, ...]:
-    """`rounds` interleaved pairs of steps after `warmup`: (median wall seconds of ours, of
-    keras, median of the per-pair wall ratios ours/keras, median of the per-pair CPU-time
-    ratios). Per-pair ratios are what survives a loaded machine: both steps of a pair see the
-    same load; CPU time does not count the time spent waiting for a core."""
+def bench(fused_opt, pure_opt, keras_opt, jit: bool, warmup: int, rounds: int
+          ) -> dict[str, float]:
+    """`rounds` interleaved triples of steps after `warmup` (the order rotates every round, so
+    each contestant goes first, second and third equally often): median wall seconds of the
+    fused lab step, the pure-rule lab step and the Keras step, and the medians of the per-round
+    ratios fused/keras and pure/keras, in wall time and in process CPU time. Per-round ratios
+    are what survives a loaded machine: the three steps of a round see the same load; CPU time
+    does not count the time spent waiting for a core."""
     rng = np.random.default_rng(0)
     x = tf.constant(rng.normal(size=(128, 64)).astype(np.float32))
     y = tf.constant(rng.integers(0, 10, size=128))
-    ours = make_step(mlp(0), ours_opt, jit)
-    keras = make_step(mlp(0), keras_opt, jit)
+    steps = [make_step(mlp(0), opt, jit) for opt in (fused_opt, pure_opt, keras_opt)]
     for _ in range(warmup):
-        timed(ours, x, y), timed(keras, x, y)
-    times_ours, times_keras = [], []
+        for step in steps:
+            timed(step, x, y)
+    times: list[list[tuple[float, float]]] = [[], [], []]
     for i in range(rounds):
-        pair = (ours, times_ours), (keras, times_keras)
-        for step, sink in (pair if i % 2 == 0 else pair[::-1]):  # alternate who goes first
-            sink.append(timed(step, x, y))
-    wall = [(o[0], k[0]) for o, k in zip(times_ours, times_keras)]
-    cpu = [(o[1], k[1]) for o, k in zip(times_ours, times_keras)]
-    return (statistics.median(o for o, _ in wall), statistics.median(k for _, k in wall),
-            statistics.median(o / k for o, k in wall),
-            statistics.median(o / max(k, 1e-9) for o, k in cpu))
+        order = [(i + k) % 3 for k in range(3)]
+        for k in order:
+            times[k].append(timed(steps[k], x, y))
+    fused, pure, keras = times
+    med = statistics.median
+    return {
+        "fused": med(t[0] for t in fused), "pure": med(t[0] for t in pure),
+        "keras": med(t[0] for t in keras),
+        "fused/keras": med(f[0] / k[0] for f, k in zip(fused, keras)),
+        "pure/keras": med(p[0] / k[0] for p, k in zip(pure, keras)),
+        "fused/keras cpu": med(f[1] / max(k[1], 1e-9) for f, k in zip(fused, keras)),
+        "pure/keras cpu": med(p[1] / max(k[1], 1e-9) for p, k in zip(pure, keras)),
+    }
 
 
 def main() -> None:
@@ -145,24 +157,34 @@ def main() -> None:
     warmup, rounds = (10, 60) if args.quick else (30, 300)
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     cases = {k: v for k, v in CASES.items() if not only or k in only}
-    print(f"MLP 64-256-256-10, batch 128, float32, median of {rounds} interleaved steps; "
-          "targets <= 1.05 graph, <= 1.00 xla")
-    print(f"{'optimizer':14s} {'sched+decay':11s} {'mode':5s} {'ours ms':>8s} {'keras ms':>9s} "
-          f"{'ours/keras':>10s} {'cpu ratio':>9s}")
+    print(f"MLP 64-256-256-10, batch 128, float32, median of {rounds} interleaved rounds; "
+          "targets fused/keras <= 1.05 graph, <= 1.00 xla; pure = the rule without kernels "
+          "(fused=False)")
+    print(f"{'optimizer':14s} {'sched+decay':11s} {'mode':5s} {'fused ms':>8s} {'pure ms':>8s} "
+          f"{'keras ms':>8s} {'fused/keras':>11s} {'pure/keras':>10s} {'(cpu f/k)':>9s}")
     for mode in [m.strip() for m in args.modes.split(",")]:
+        control = bench(LEGACY.Adam(1e-3), LEGACY.Adam(1e-3), LEGACY.Adam(1e-3), mode == "xla",
+                        warmup, rounds)
+        print(f"{'keras x3':14s} {'(control)':11s} {mode:5s} {control['fused'] * 1e3:8.3f} "
+              f"{control['pure'] * 1e3:8.3f} {control['keras'] * 1e3:8.3f} "
+              f"{control['fused/keras']:10.3f}x {control['pure/keras']:9.3f}x "
+              f"{control['fused/keras cpu']:8.3f}x  (noise floor)", flush=True)
         for label, (make_ours, make_keras) in cases.items():
             for on in (False, True):
                 row = f"{label:14s} {('on' if on else 'off'):11s} {mode:5s}"
                 try:
-                    ours, keras, ratio, cpu_ratio = bench(
-                        make_ours(on), make_keras(on), mode == "xla", warmup, rounds)
-                except tf.errors.InvalidArgumentError:  # a fused kernel XLA cannot compile
-                    ours = bench(make_ours(on), make_ours(on), True, warmup, rounds)[0]
-                    print(f"{row} {ours * 1e3:8.3f} {'n/a':>9s} {'n/a':>10s}  "
-                          "(the Keras kernel has no XLA lowering)", flush=True)
+                    r = bench(make_ours(on, True), make_ours(on, False), make_keras(on),
+                              mode == "xla", warmup, rounds)
+                except tf.errors.InvalidArgumentError:  # a Keras kernel XLA cannot compile
+                    r = bench(make_ours(on, True), make_ours(on, False), make_ours(on, False),
+                              True, warmup, rounds)
+                    print(f"{row} {r['fused'] * 1e3:8.3f} {r['pure'] * 1e3:8.3f} {'n/a':>8s} "
+                          f"{'n/a':>11s} {'n/a':>10s}  (the Keras kernel has no XLA lowering)",
+                          flush=True)
                     continue
-                print(f"{row} {ours * 1e3:8.3f} {keras * 1e3:9.3f} {ratio:9.3f}x "
-                      f"{cpu_ratio:8.3f}x", flush=True)
+                print(f"{row} {r['fused'] * 1e3:8.3f} {r['pure'] * 1e3:8.3f} "
+                      f"{r['keras'] * 1e3:8.3f} {r['fused/keras']:10.3f}x "
+                      f"{r['pure/keras']:9.3f}x {r['fused/keras cpu']:8.3f}x", flush=True)
 
 
 if __name__ == "__main__":

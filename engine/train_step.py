@@ -129,6 +129,12 @@ class Engine:
         self.train_functions.append(function)
         return function.get_concrete_function()
 
+    def retrace(self) -> None:
+        """Rebuild the train step (one more trace, `traces` + 1): after a change of Python state
+        the old trace baked in (`optimizers.base.trace_signature`), e.g. SGD/RMSprop momentum
+        crossing 0 on the fused path."""
+        self._train = self._compile_train()
+
     def tracing_count(self) -> int:
         """Traces of the train step: the sum of `experimental_get_tracing_count()` over its
         tf.functions (equals `traces`)."""

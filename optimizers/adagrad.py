@@ -141,6 +141,18 @@ class Adagrad(RuleOptimizer):
     def update(self, grad, var, slots, coeffs):
         return adagrad_update(grad, var, slots, coeffs)
 
+    # The fused path: the kernel `tf_keras.optimizers.legacy.Adagrad` runs (same form:
+    # accumulator += grad**2; var -= lr * grad / (sqrt(accumulator) + epsilon)).
+    def fused_kernel(self, var):
+        del var
+        return "ResourceApplyAdagradV2"
+
+    def fused_apply(self, kernel, grad, var, slots, coeffs):
+        del kernel
+        return tf.raw_ops.ResourceApplyAdagradV2(
+            var=var.handle, accum=slots["accumulator"].handle, lr=coeffs["lr_t"],
+            epsilon=coeffs["epsilon"], grad=grad, use_locking=self._use_locking)
+
     def update_decrement(self, grad, slots, coeffs):
         """`update` as (delta, new_slots) with new_var = var - delta (the in-place apply path)."""
         return adagrad_decrement(grad, slots, coeffs)

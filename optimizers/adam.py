@@ -182,3 +182,37 @@ class Adam(RuleOptimizer):
     def update_decrement(self, grad, slots, coeffs):
         """`update` as (delta, new_slots) with new_var = var - delta (the in-place apply path)."""
         return adam_decrement(grad, slots, coeffs, amsgrad=self.amsgrad)
+
+    # The fused path: the kernels `tf_keras.optimizers.legacy.Adam` runs. They fold the bias
+    # corrections themselves (lr * sqrt(1 - beta_2**t) / (1 - beta_1**t)) from the powers.
+    def fused_kernel(self, var):
+        del var
+        return "ResourceApplyAdamWithAmsgrad" if self.amsgrad else "ResourceApplyAdam"
+
+    def fused_coefficients(self, hypers, step):
+        return adam_kernel_coefficients(hypers, step)
+
+    def fused_apply(self, kernel, grad, var, slots, coeffs):
+        return apply_adam_kernel(kernel, grad, var, slots, coeffs, self._use_locking)
+
+
+def adam_kernel_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor
+                             ) -> dict[str, tf.Tensor]:
+    """What Adam's kernels take beyond `adam_coefficients`: the (decayed) learning rate `lr`
+    and `beta_1_power = beta_1**t`, `beta_2_power = beta_2**t` at 1-based step `t` (scalars)."""
+    return {"lr": hypers["learning_rate"], "beta_1_power": hypers["beta_1"] ** step,
+            "beta_2_power": hypers["beta_2"] ** step}
+
+
+def apply_adam_kernel(kernel: str, grad: tf.Tensor, var: tf.Variable,
+                      slots: Mapping[str, tf.Variable], coeffs: Mapping[str, tf.Tensor],
+                      use_locking: bool):
+    """`tf.raw_ops.ResourceApplyAdam` (or `...WithAmsgrad` with a `vhat` slot) on `var`'s
+    handle and its slots' handles, in place (the update of `adam_update`, kernel rounding)."""
+    args = dict(var=var.handle, m=slots["m"].handle, v=slots["v"].handle,
+                beta1_power=coeffs["beta_1_power"], beta2_power=coeffs["beta_2_power"],
+                lr=coeffs["lr"], beta1=coeffs["beta_1"], beta2=coeffs["beta_2"],
+                epsilon=coeffs["epsilon"], grad=grad, use_locking=use_locking)
+    if kernel == "ResourceApplyAdamWithAmsgrad":
+        return tf.raw_ops.ResourceApplyAdamWithAmsgrad(vhat=slots["vhat"].handle, **args)
+    return tf.raw_ops.ResourceApplyAdam(**args)

@@ -20,6 +20,16 @@ How the base class `tf_keras.optimizers.legacy.Optimizer` drives a subclass, in 
   the results. This path is never differentiated (assignments carry no gradient), so it traces
   the rule under `rules.derivative_free()`: one `Sqrt` kernel instead of the four-op
   finite-derivative square root the hyper-gradient engine needs.
+* The fused dense fast path (`fused=True`, the default): where the configuration is one Keras
+  itself runs as a single in-place kernel (`tf.raw_ops.ResourceApplyAdam`,
+  `ResourceApplyKerasMomentum`, `ResourceApplyRMSProp`, `ResourceApplyAdagradV2`, ...), the dense
+  update calls that kernel with the same hyperparameter tensors (`fused_kernel` names it,
+  `fused_apply` calls it), so a drop-in replacement costs what the Keras built-in costs. The
+  kernel computes the same update as the rule up to float rounding (e.g. `m + (g - m)(1 - b1)`
+  for `b1 m + (1 - b1) g`); `tests/test_fused_kernels.py` holds them together. The pure rule
+  stays the reference: the hyper-gradient engine differentiates `coefficients`/`update`
+  (fused kernels have no gradient, tensorflow#55181), sparse updates and every dtype or device
+  without the kernel run the rule.
 
 Subclasses implement `coefficients` and `update` as pure functions of tensors (see
 `optimizers/rules.py`); the hyper-gradient engine calls the same two methods.
@@ -37,9 +47,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping, NamedTuple
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 import tf_keras
+from tensorflow.python.framework import kernels as _kernel_registry
 
 from optimizers.hyperparams import HyperSpec, InvalidHyperparameter, check_decay, find_spec
 from optimizers.rules import as_step, derivative_free
@@ -61,6 +74,89 @@ def shortest_float(value: Any) -> Any:
     if isinstance(value, (complex, np.complexfloating)):
         return complex(value)
     return float(value)
+
+
+# Training kernels that XLA can compile (TensorFlow's tf2xla training ops), for real float dtypes;
+# under `jit_compile=True` any other kernel (e.g. `ResourceApplyAdamWithAmsgrad`) would fail to
+# compile, so the rule runs instead.
+XLA_KERNELS = frozenset({"ResourceApplyAdam", "ResourceApplyKerasMomentum",
+                         "ResourceApplyGradientDescent",
+                         "ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp",
+                         "ResourceApplyAdagradV2"})
+XLA_KERNEL_DTYPES = frozenset({tf.float16, tf.bfloat16, tf.float32, tf.float64})
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_dtypes(op_name: str) -> dict[str, frozenset[str]]:
+    """{device type ("CPU", "GPU"): dtype names} for which TensorFlow registers kernel `op_name`
+    (read from TensorFlow's kernel registry; empty when the op is unknown)."""
+    out: dict[str, set[str]] = {}
+    try:
+        registered = _kernel_registry.get_registered_kernels_for_op(op_name).kernel
+    except Exception:  # noqa: BLE001 - an unknown op name: no kernel
+        return {}
+    for kernel in registered:
+        types = [c.allowed_values.list.type for c in kernel.constraint if c.name == "T"]
+        out.setdefault(kernel.device_type, set()).update(
+            tf.as_dtype(t).name for t in (types[0] if types else ()))
+    return {device: frozenset(names) for device, names in out.items()}
+
+
+def in_xla_context() -> bool:
+    """True while tracing a function compiled with XLA (`tf.function(jit_compile=True)`)."""
+    try:
+        from tensorflow.python.framework import ops
+        from tensorflow.python.ops import control_flow_util
+        return bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
+    except Exception:  # noqa: BLE001 - a private API that moved: assume no XLA (the safe side)
+        return False
+
+
+def kernel_runs(op_name: str, dtype: tf.DType, device: str) -> bool:
+    """Whether kernel `op_name` can update a variable of `dtype` placed on `device` here.
+
+    Under XLA: `op_name` in `XLA_KERNELS` and a real float dtype. Otherwise the kernel registry
+    must list `dtype` for the device's type; a variable without a known device (`""`) needs the
+    dtype on every device type the op is registered for.
+    """
+    if in_xla_context():
+        return op_name in XLA_KERNELS and dtype in XLA_KERNEL_DTYPES
+    registered = kernel_dtypes(op_name)
+    device_type = tf.DeviceSpec.from_string(device or "").device_type
+    wanted = [device_type.upper()] if device_type else list(registered)
+    return bool(wanted) and all(dtype.name in registered.get(d, ()) for d in wanted)
+
+
+def trace_signature(optimizer: Any) -> tuple:
+    """The Python state a traced step of `optimizer` bakes in (its `trace_signature()` and its
+    inner optimizer's, for wrappers): when it changes, a compiled step must be retraced."""
+    own = getattr(optimizer, "trace_signature", None)
+    inner = getattr(optimizer, "inner", None)
+    return ((own() if callable(own) else ()),
+            (trace_signature(inner) if inner is not None else ()))
+
+
+class SlotReads(Mapping):
+    """Slot name -> the slot variable's value, read on first use (`value()`, no copy).
+
+    A slot the rule does not use is never read: under XLA an unused read still passes the
+    variable into the compiled cluster (RMSprop's plain regime, which ignores its momentum
+    buffer, measured 1.08x Keras's apply step with it and 1.00x without).
+    """
+
+    def __init__(self, slot_vars: Mapping[str, tf.Variable]):
+        self._vars, self._values = slot_vars, {}
+
+    def __getitem__(self, name: str) -> tf.Tensor:
+        if name not in self._values:
+            self._values[name] = self._vars[name].value()
+        return self._values[name]
+
+    def __iter__(self):
+        return iter(self._vars)
+
+    def __len__(self) -> int:
+        return len(self._vars)
 
 
 class NoSlots(NamedTuple):
@@ -113,7 +209,13 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
             `get_config`, e.g. `amsgrad`: they change which slots exist or which branch of the
             maths runs, so they are fixed for the optimizer's life and never traced.
 
+    Keyword argument (every subclass): `fused` (bool, default True): dense updates call the
+    kernel Keras runs for the same configuration (`fused_kernel`) where one exists for the
+    variable's dtype and device; False always runs the pure rule (what the hyper-gradient
+    engine differentiates). `get_config` writes it only when False.
+
     Raises (from `_set_hyper`, hence from the constructor and from live changes):
+        TypeError: `fused` that is not a bool.
         InvalidHyperparameter: a value `HyperSpec.library_check` refuses (outside Keras's limits,
             NaN/inf, not a number/callable/scalar tensor/allowed schedule); a negative or
             non-numeric `decay`.
@@ -124,12 +226,15 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
     OPTIONS: ClassVar[tuple[str, ...]] = ()
     _HAS_AGGREGATE_GRAD = True
 
-    def __init__(self, name: str, **kwargs: Any):
+    def __init__(self, name: str, fused: bool = True, **kwargs: Any):
         # `decay` (legacy time-based decay) and `clipnorm`/`clipvalue`/`global_clipnorm`/`lr`
         # are the base class's; decay is checked first so the refusal names the field.
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused={fused!r} refused: must be True or False")
         if "decay" in kwargs:
             kwargs["decay"] = check_decay(kwargs["decay"])
         super().__init__(name, **kwargs)
+        self.fused = fused
 
     # ----- hyperparameters ------------------------------------------------------------------
     def hyperparameter_specs(self) -> tuple[HyperSpec, ...]:
@@ -219,6 +324,42 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         del grad, slots, coeffs
         return None
 
+    # ----- the fused fast path (subclasses) -------------------------------------------------
+    def fused_kernel(self, var: tf.Variable) -> str | None:
+        """Name of the `tf.raw_ops` kernel that performs this optimizer's dense update of `var`
+        in its current configuration, or None (the rule runs). Availability for the dtype and
+        device is checked by the caller (`kernel_runs`)."""
+        del var
+        return None
+
+    def fused_coefficients(self, hypers: Mapping[str, tf.Tensor], step: tf.Tensor
+                           ) -> dict[str, tf.Tensor]:
+        """Extra scalars the kernel takes (e.g. Adam's `beta_1**t`), computed once per
+        (device, dtype) in `_prepare_local` when `fused`; same arguments as `coefficients`."""
+        del hypers, step
+        return {}
+
+    def fused_apply(self, kernel: str, grad: tf.Tensor, var: tf.Variable,
+                    slots: Mapping[str, tf.Variable], coeffs: Mapping[str, tf.Tensor]):
+        """Call `kernel` (a name `fused_kernel` returned) to update `var` and its slot
+        variables `slots` in place; returns what the raw op returns (an op in a graph, None
+        eagerly)."""
+        raise NotImplementedError(f"{type(self).__name__} names {kernel} but does not call it")
+
+    def trace_signature(self) -> tuple:
+        """The Python state (not `tf.Variable`s) a traced update bakes in beyond the
+        constructor's options: a traced step computes with the value it had when traced, so a
+        change of it needs a retrace (`engine.train_step.Engine.retrace`). Empty here."""
+        return ()
+
+    def _dense_kernel(self, var: tf.Variable) -> str | None:
+        if not self.fused:
+            return None
+        kernel = self.fused_kernel(var)
+        if kernel is None or not kernel_runs(kernel, var.dtype.base_dtype, var.device):
+            return None
+        return kernel
+
     # ----- OptimizerV2 adapter ------------------------------------------------------------
     def _prepare_local(self, var_device, var_dtype, apply_state):
         # Every coefficient of the rule, computed once per (device, dtype), not per variable.
@@ -228,8 +369,11 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         # one here, once, spares a ReadVariableOp per use per variable (3 for Adam's betas).
         hypers = {name: tf.convert_to_tensor(value)
                   for name, value in self.hyper_tensors(var_dtype).items()}
+        step = as_step(self.iterations, var_dtype)
         with derivative_free():
-            coeffs = self.coefficients(hypers, as_step(self.iterations, var_dtype))
+            coeffs = self.coefficients(hypers, step)
+            if self.fused:
+                coeffs.update(self.fused_coefficients(hypers, step))
         apply_state[(var_device, var_dtype)].update(coeffs)
 
     def _coefficients_for(self, var, apply_state) -> Mapping[str, tf.Tensor]:
@@ -251,7 +395,10 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         """
         coeffs = self._coefficients_for(var, apply_state)
         slot_vars = {n: self.get_slot(var, n) for n in self.slot_names_for_rule()}
-        slots = {n: s.value() for n, s in slot_vars.items()}
+        kernel = self._dense_kernel(var)
+        if kernel is not None:  # decided before the call: an eager kernel call returns None
+            return self.fused_apply(kernel, grad, var, slot_vars, coeffs)
+        slots = SlotReads(slot_vars)
         with derivative_free():
             decrement = self.update_decrement(grad, slots, coeffs)
             if decrement is None:
@@ -260,7 +407,9 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
             else:
                 delta, new_slots = decrement
                 assigns = [var.assign_sub(delta, read_value=False)]
-        assigns += [slot_vars[n].assign(new_slots[n], read_value=False) for n in slot_vars]
+        # every slot the rule returned (a rule may leave one untouched, e.g. RMSprop's momentum
+        # buffer in its plain regime)
+        assigns += [slot_vars[n].assign(value, read_value=False) for n, value in new_slots.items()]
         return tf.group(*assigns)
 
     def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
@@ -292,8 +441,8 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
                 delta, new_slot_rows = decrement
                 updates = [var.scatter_sub(tf.IndexedSlices(delta, indices))]
         updates += [
-            slot_vars[n].scatter_update(tf.IndexedSlices(new_slot_rows[n], indices))
-            for n in slot_vars
+            slot_vars[n].scatter_update(tf.IndexedSlices(rows, indices))
+            for n, rows in new_slot_rows.items()
         ]
         return tf.group(*updates)
 
@@ -309,6 +458,8 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         config["decay"] = float(self._initial_decay)
         for option in self.OPTIONS:
             config[option] = getattr(self, option)
+        if not self.fused:  # only when not the default: a default config has Keras's keys
+            config["fused"] = False
         return config
 
     @classmethod

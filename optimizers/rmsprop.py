@@ -8,6 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers.base import RuleOptimizer
+from optimizers.momentum_regime import MomentumRegime
 from optimizers.hyperparams import EPSILON, LEARNING_RATE, MOMENTUM  # noqa: F401
 from optimizers.rules import keras_epsilon, safe_sqrt
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
@@ -84,11 +85,17 @@ def rmsprop_decrement(
     slots: Mapping[str, tf.Tensor],
     coeffs: Mapping[str, tf.Tensor],
     centered: bool = False,
+    regime: bool | None = None,
 ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """`rmsprop_update` without the variable: (mom, new_slots), new_var = var - mom.
 
     `mom` (shaped like `grad`) is also the new `momentum` slot; the variable is not needed to
     compute it, which lets the OptimizerV2 adapter subtract it in place.
+
+    `regime` None picks the regime by momentum's value (the differentiable rule); True / False
+    fixes it at trace time (`optimizers.momentum_regime`, the fused apply path): False drops
+    the momentum term (`mom = lr_t * grad / (sqrt(denom) + epsilon)`, no read or write of the
+    momentum slot), True puts epsilon inside the square root.
     """
     rho, momentum = coeffs["rho"], coeffs["momentum"]
     rms = rho * slots["rms"] + coeffs["one_minus_rho"] * tf.square(grad)
@@ -99,15 +106,23 @@ def rmsprop_decrement(
         new_slots["mg"] = mg
         denom = rms - tf.square(mg)
     # rounding can push rms - mg**2 just below 0: keep the root at 0 there (not NaN)
-    denominator = (safe_sqrt(denom + coeffs["eps_inside"], clamp_negative=centered)
-                   + coeffs["eps_outside"])
-    mom = momentum * slots["momentum"] + coeffs["lr_t"] * grad / denominator
+    if regime is None:
+        denominator = (safe_sqrt(denom + coeffs["eps_inside"], clamp_negative=centered)
+                       + coeffs["eps_outside"])
+    elif regime:
+        denominator = safe_sqrt(denom + coeffs["epsilon"], clamp_negative=centered)
+    else:
+        denominator = safe_sqrt(denom, clamp_negative=centered) + coeffs["epsilon"]
+    mom = coeffs["lr_t"] * grad / denominator
+    if regime is False:  # Keras's plain path: no momentum buffer is read or written
+        return mom, new_slots
+    mom = momentum * slots["momentum"] + mom
     new_slots["momentum"] = mom
     return mom, new_slots
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
-class RMSprop(RuleOptimizer):
+class RMSprop(MomentumRegime, RuleOptimizer):
     """RMSprop (Tieleman & Hinton 2012), optionally centered (Graves 2013) and with momentum.
 
     Update for each variable `var` with gradient `grad`:
@@ -121,9 +136,20 @@ class RMSprop(RuleOptimizer):
 
     Both regimes match `tf_keras.optimizers.legacy.RMSprop`, whose momentum > 0 path (the fused
     `ResourceApplyRMSProp` kernel) puts epsilon *inside* the square root and whose momentum == 0
-    path puts it outside. Here the choice is a `tf.where` on momentum's current value, so
-    momentum can be changed live; that is why the `momentum` slot always exists (Keras only
-    creates it when momentum > 0). Unlike Keras, `epsilon` is a `_set_hyper` hyperparameter.
+    path puts it outside. The `momentum` slot always exists (Keras only creates it when
+    momentum > 0), so momentum can be changed live in both directions. Unlike Keras, `epsilon`
+    is a `_set_hyper` hyperparameter.
+
+    Which regime runs: the pure rule (`update`, what the hyper-gradient engine differentiates,
+    and the apply path with `fused=False`) picks it by momentum's current VALUE (a `tf.where`),
+    so it follows every live change. The fused path (`fused=True`, the default) picks it in
+    Python, as Keras does, from the last value given to `_set_hyper("momentum", ...)`
+    (`optimizers.momentum_regime`): the momentum kernel (`ResourceApplyRMSProp` /
+    `ResourceApplyCenteredRMSProp`) or plain ops without the momentum term, which neither read
+    nor write the momentum slot (Keras has none then). A traced step keeps the regime it was
+    traced with (a Python value baked into the trace, like `self.t_cur = 5`): when a live
+    change crosses 0, `trace_signature()` changes and the lab's run loop retraces its step
+    (counted as a retrace); eager calls follow at once.
 
     `centered` is a plain attribute (listed in OPTIONS): it decides whether the `mg` slot
     exists, which cannot change after `_create_slots` ran.
@@ -186,5 +212,23 @@ class RMSprop(RuleOptimizer):
         return rmsprop_update(grad, var, slots, coeffs, centered=self.centered)
 
     def update_decrement(self, grad, slots, coeffs):
-        """`update` as (delta, new_slots) with new_var = var - delta (the in-place apply path)."""
-        return rmsprop_decrement(grad, slots, coeffs, centered=self.centered)
+        """`update` as (delta, new_slots) with new_var = var - delta (the in-place apply path;
+        with `fused`, in the regime `_set_hyper` chose: see the class docstring)."""
+        return rmsprop_decrement(grad, slots, coeffs, centered=self.centered,
+                                 regime=self.fused_regime())
+
+    # The fused path, momentum regime: the kernels Keras runs when momentum > 0. Without
+    # momentum Keras runs plain ops, and so does the lab (`update_decrement`, regime False).
+    def fused_kernel(self, var):
+        del var
+        if not self.momentum_on:
+            return None
+        return "ResourceApplyCenteredRMSProp" if self.centered else "ResourceApplyRMSProp"
+
+    def fused_apply(self, kernel, grad, var, slots, coeffs):
+        args = dict(var=var.handle, ms=slots["rms"].handle, mom=slots["momentum"].handle,
+                    lr=coeffs["lr_t"], rho=coeffs["rho"], momentum=coeffs["momentum"],
+                    epsilon=coeffs["epsilon"], grad=grad, use_locking=self._use_locking)
+        if kernel == "ResourceApplyCenteredRMSProp":
+            return tf.raw_ops.ResourceApplyCenteredRMSProp(mg=slots["mg"].handle, **args)
+        return tf.raw_ops.ResourceApplyRMSProp(**args)

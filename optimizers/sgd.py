@@ -9,6 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers.base import RuleOptimizer
+from optimizers.momentum_regime import MomentumRegime
 from optimizers.hyperparams import LEARNING_RATE, MOMENTUM
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
@@ -65,7 +66,7 @@ def sgd_update(
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
-class SGD(RuleOptimizer):
+class SGD(MomentumRegime, RuleOptimizer):
     """Stochastic gradient descent with optional (Nesterov) momentum, Keras semantics.
 
     Update for each variable `var` with gradient `grad`:
@@ -79,8 +80,11 @@ class SGD(RuleOptimizer):
 
     Difference with Keras: the `momentum` slot is *always* created, even when momentum = 0
     (Keras only creates it when momentum > 0). `momentum` is a `_set_hyper` hyperparameter
-    here, so it can be raised live from 0 without a new slot; with momentum = 0 the slot just
-    holds `-learning_rate * grad` of the last step and the variable update is plain SGD.
+    here, so it can be raised live from 0 without a new slot. With momentum = 0 the pure rule
+    (`update`, by value) writes `-learning_rate * grad` into the slot; the fused path (the
+    default) runs Keras's plain `ResourceApplyGradientDescent` and leaves the slot as it was,
+    and with momentum on, `ResourceApplyKerasMomentum` (see `optimizers.momentum_regime` for
+    when the regime changes and why a traced step needs a retrace then).
 
     `nesterov` is a plain attribute (listed in OPTIONS): it selects which formula is traced,
     so it cannot be a tensor and is fixed for the optimizer's life.
@@ -123,3 +127,26 @@ class SGD(RuleOptimizer):
 
     def update(self, grad, var, slots, coeffs):
         return sgd_update(grad, var, slots, coeffs, nesterov=self.nesterov)
+
+    def update_decrement(self, grad, slots, coeffs):
+        """The plain regime of the fused path only (`lr_t * grad`, no slot read or written):
+        subtracted in place, as Keras's `ResourceApplyGradientDescent`; None otherwise (the
+        apply path then assigns `update`'s result)."""
+        if self.fused_regime() is False:
+            del slots
+            return coeffs["lr_t"] * grad, {}
+        return None
+
+    # The fused path: the kernels `tf_keras.optimizers.legacy.SGD` runs in each regime.
+    def fused_kernel(self, var):
+        del var
+        return "ResourceApplyKerasMomentum" if self.momentum_on else "ResourceApplyGradientDescent"
+
+    def fused_apply(self, kernel, grad, var, slots, coeffs):
+        if kernel == "ResourceApplyGradientDescent":
+            return tf.raw_ops.ResourceApplyGradientDescent(
+                var=var.handle, alpha=coeffs["lr_t"], delta=grad, use_locking=self._use_locking)
+        return tf.raw_ops.ResourceApplyKerasMomentum(
+            var=var.handle, accum=slots["momentum"].handle, lr=coeffs["lr_t"], grad=grad,
+            momentum=coeffs["momentum"], use_locking=self._use_locking,
+            use_nesterov=self.nesterov)

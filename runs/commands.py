@@ -15,7 +15,10 @@ Payloads (extra keys are ignored):
 
 * `set_hyper {name: str, value: number, source: str = "user"}` (refused for `learning_rate`
   while a schedule replaces it: Keras would swap the schedule for a float the compiled step
-  never reads)
+  never reads). An assign to the hyperparameter's `tf.Variable`, no retrace; except a change
+  of the optimizer's `trace_signature()` (SGD/RMSprop momentum crossing 0 switches the fused
+  path's regime, Python state like `self.t_cur = 5`): the step is rebuilt between two steps
+  and a `step traces` row records the retrace.
   `set_hyper {name: "lr_schedule", value: schedule | null}` and `{name: "decay", value:
   number}` change the run's learning-rate schedule (Keras's serialized form, checked against
   `optimizers.schedule_specs`; null = constant at the schedule's current value) and legacy
@@ -47,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 
 from engine import recording
 from engine.record_rows import HyperChangeRow
+from optimizers.base import trace_signature
 from optimizers.hyperparams import InvalidHyperparameter
 from optimizers.schedule_specs import ScheduleError, validate_schedule
 from settings import fields as setting_fields
@@ -113,6 +117,9 @@ class ResponseSlice(_Payload):
 
 
 # ----- handlers ---------------------------------------------------------------------------------
+TRACES_ROW = "step traces"  # hyper_changes row of a change that recompiled the step
+
+
 def _message(error: BaseException) -> str:
     return str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
 
@@ -132,17 +139,26 @@ def _set_hyper(run: "_Run", command_id: int, payload: SetHyper) -> None:
     try:
         value = opt.spec(payload.name).validate(payload.value)
         old = opt.hyper_values()[payload.name]
+        signature = trace_signature(opt)
         opt._set_hyper(payload.name, value)
     except (InvalidHyperparameter, KeyError) as error:
         raise Refused(_message(error)) from None
     new = opt.hyper_values()[payload.name]
+    step = run.step + 1
     run.buffers["hyper_changes"].append(
-        HyperChangeRow(run.step + 1, payload.name, old, new, payload.source))
+        HyperChangeRow(step, payload.name, old, new, payload.source))
+    # A change the compiled step cannot see through a tf.Variable (e.g. SGD/RMSprop momentum
+    # crossing 0 switches the fused path's Python-chosen regime): rebuild the step between
+    # two steps and count the retrace. A hyper-gradient run steps through the pure rule (by
+    # value), which needs none.
+    if trace_signature(opt) != signature and run.hyper is None and hasattr(run.engine, "retrace"):
+        traces = run.engine.traces
+        run.engine.retrace()
+        run.buffers["hyper_changes"].append(HyperChangeRow(
+            step, TRACES_ROW, traces, run.engine.traces,
+            f"{payload.source}: {payload.name} regime (retrace)"[:64]))
     run.flush(wait=True)  # the row is readable once the command reads `done`
     run.save_optimizer()
-
-
-TRACES_ROW = "step traces"  # hyper_changes row of a change that recompiled the step
 
 
 def _set_schedule(run: "_Run", payload: SetHyper) -> None:

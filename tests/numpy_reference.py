@@ -4,6 +4,11 @@ Deliberately imports nothing from `optimizers`. Each function has the signature
 `(grad, var, slots, hypers, step, options) -> (new_var, new_slots)` where `slots` and the
 returned slots are dicts of arrays, `hypers` a dict of floats, `step` the 1-based step t and
 `options` the optimizer's plain options. All arithmetic is done in `var`'s dtype.
+
+SGD and RMSprop with momentum 0 (Keras's plain regime): Keras has no momentum buffer then, and
+the lab's fused path (the default) leaves its buffer unchanged; the pure rule (`fused=False`,
+the hyper-gradient engine, a wrapper that calls the inner rule) picks by value and writes the
+step's update into it. `options["rule_by_value"] = True` selects the latter.
 """
 
 from __future__ import annotations
@@ -16,8 +21,11 @@ def _cast(dtype, hypers):
 
 
 def sgd(grad, var, slots, hypers, step, options):
-    """Keras SGD: m = mu*m - lr*g; var += m (nesterov: var += mu*m - lr*g)."""
+    """Keras SGD: m = mu*m - lr*g; var += m (nesterov: var += mu*m - lr*g); mu = 0: var -= lr*g
+    (buffer unchanged unless `rule_by_value`)."""
     h = _cast(var.dtype, hypers)
+    if not h["momentum"] > 0 and not options.get("rule_by_value"):
+        return var - h["learning_rate"] * grad, {"momentum": slots["momentum"]}
     m = h["momentum"] * slots["momentum"] - h["learning_rate"] * grad
     if options.get("nesterov", False):
         new_var = var + h["momentum"] * m - h["learning_rate"] * grad
@@ -66,7 +74,9 @@ def rmsprop(grad, var, slots, hypers, step, options):
         mom = h["momentum"] * slots["momentum"] + h["learning_rate"] * grad / np.sqrt(denom + h["epsilon"])
     else:
         mom = h["learning_rate"] * grad / (np.sqrt(denom) + h["epsilon"])
-    new_slots["momentum"] = mom
+    # momentum 0: no buffer in Keras; the lab's fused path leaves it, the rule writes the step
+    kept = not h["momentum"] > 0 and not options.get("rule_by_value")
+    new_slots["momentum"] = slots["momentum"] if kept else mom
     return var - mom, new_slots
 
 
@@ -98,7 +108,9 @@ def accumulation(grad, var, slots, hypers, step, options):
     inner_slots = {n: s for n, s in slots.items() if n != "grad_accum"}
     if step % k != 0:
         return var.copy(), {**inner_slots, "grad_accum": acc}
-    new_var, new_inner = inner(acc / var.dtype.type(k), var, inner_slots, hypers, step // k, {})
+    # the wrapper runs the inner optimizer's pure rule (`update`): by value
+    new_var, new_inner = inner(acc / var.dtype.type(k), var, inner_slots, hypers, step // k,
+                               {"rule_by_value": True})
     return new_var, {**new_inner, "grad_accum": np.zeros_like(acc)}
 
 

@@ -41,6 +41,7 @@ def loss_of(w, b, e, batch, dtype):
 
 def train(name, hypers, options, dtype, keras3: bool):
     rule = registry.create(name, hypers, options)
+    rule.fused = False  # the twin runs the pure rule: compare it with the same rule
     if keras3:
         opt = RuleTwin(registry.create(name, hypers, options))
         variables = [keras.Variable(v, dtype=dtype.name) for v in (W0, B0, E0)]

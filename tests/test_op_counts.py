@@ -32,19 +32,21 @@ from optimizers.sgd import SGD
 from tests.numpy_reference import REFERENCES, initial_slots
 
 # id -> (factory, ceiling on ops per variable, element-wise ops per variable), measured here
-# (TF 2.21, float32). Element-wise = ops that touch every element (not reads/assigns/consts).
+# (TF 2.21, float32), on the pure rule's apply path (`fused=False`; the fused kernels are pinned
+# in tests/test_fused_kernels.py). Element-wise = ops that touch every element (not reads,
+# assigns, consts).
 CASES = {
-    "sgd": (lambda: SGD(0.1), 13, 4),
-    "sgd-nesterov": (lambda: SGD(0.1, 0.9, nesterov=True), 16, 7),
-    "adam": (lambda: Adam(0.01), 22, 11),
-    "adam-amsgrad": (lambda: Adam(0.01, amsgrad=True), 26, 12),
+    "sgd": (lambda: SGD(0.1, fused=False), 13, 4),
+    "sgd-nesterov": (lambda: SGD(0.1, 0.9, nesterov=True, fused=False), 16, 7),
+    "adam": (lambda: Adam(0.01, fused=False), 22, 11),
+    "adam-amsgrad": (lambda: Adam(0.01, amsgrad=True, fused=False), 26, 12),
     "adam-schedule-decay": (lambda: Adam(tf_keras.optimizers.schedules.ExponentialDecay(
-        0.01, 10, 0.5), decay=0.1), 22, 11),
-    "adamw": (lambda: AdamW(0.01), 26, 14),
-    "rmsprop": (lambda: RMSprop(0.01), 22, 11),
+        0.01, 10, 0.5), decay=0.1, fused=False), 22, 11),
+    "adamw": (lambda: AdamW(0.01, fused=False), 26, 14),
+    "rmsprop": (lambda: RMSprop(0.01, fused=False), 22, 11),
     # + 2 (Maximum and its 0): max(x, 0) before the root, rounding can make rms - mg**2 < 0
-    "rmsprop-centered": (lambda: RMSprop(0.01, centered=True), 32, 17),
-    "adagrad": (lambda: Adagrad(0.1), 14, 6),
+    "rmsprop-centered": (lambda: RMSprop(0.01, centered=True, fused=False), 32, 17),
+    "adagrad": (lambda: Adagrad(0.1, fused=False), 14, 6),
     "diffgrad": (lambda: DiffGrad(0.01), 30, 15),
 }
 # reads, writes (the in-place `AssignSubVariableOp` included), captures, constants, grouping
@@ -88,7 +90,8 @@ def test_dense_update_ops_per_variable_stay_at_the_measured_count(case):
 
 
 def test_hyperparameters_are_read_once_per_step_whatever_the_number_of_variables():
-    one, three = (collections.Counter(traced_op_types(lambda: Adam(0.01), n)) for n in (1, 3))
+    one, three = (collections.Counter(traced_op_types(lambda: Adam(0.01, fused=False), n))
+                  for n in (1, 3))
     # each extra variable adds its own 2 reads (m, v; the variable is updated in place) and
     # nothing else is re-read
     assert three["ReadVariableOp"] - one["ReadVariableOp"] == 2 * 2
@@ -240,7 +243,8 @@ def test_sparse_apply_equals_the_rule_on_the_touched_rows(case):
 
 @pytest.mark.parametrize("momentum", [0.0, 0.5])
 def test_centered_rmsprop_keeps_a_finite_step_when_rounding_makes_the_variance_negative(momentum):
-    opt = RMSprop(0.01, rho=0.9, momentum=momentum, epsilon=1e-7, centered=True)
+    # the pure rule clamps; the fused kernel (as Keras) does not: this guards the rule
+    opt = RMSprop(0.01, rho=0.9, momentum=momentum, epsilon=1e-7, centered=True, fused=False)
     var = tf.Variable([1.0, 1.0])
     grad = tf.constant([0.5, 0.5])
     opt.apply_gradients([(grad, var)])
