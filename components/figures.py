@@ -95,30 +95,58 @@ def ema(steps: Sequence[int], values: Sequence[float], smoothing: float) -> list
     return out
 
 
+# `add_vline` validates and places one shape per call (82 ms for 9 markers measured here): the
+# markers below are built as plain dicts and appended to the layout together.
+_ANNOTATION_PLACES = {  # annotation_position -> (y in the axis domain, xanchor, yanchor)
+    "top left": (1.0, "right", "top"), "bottom right": (0.0, "left", "bottom"),
+    "bottom left": (0.0, "right", "bottom"),
+}
+
+
+def _vlines(fig: go.Figure, lines: Sequence[tuple[int, dict, dict | None]], place: str,
+            row: int | None = None) -> None:
+    """Vertical lines across the plot at `(x, line style, annotation or None)`, annotations at
+    `place` (a key of `_ANNOTATION_PLACES`), in subplot `row` (1-based) when given."""
+    if not lines:
+        return
+    suffix = "" if not row or row == 1 else str(row)
+    xref, yref = f"x{suffix}", f"y{suffix} domain"
+    y, xanchor, yanchor = _ANNOTATION_PLACES[place]
+    shapes = [{"type": "line", "xref": xref, "yref": yref, "x0": x, "x1": x, "y0": 0, "y1": 1,
+               "line": style} for x, style, _ in lines]
+    notes = [{"xref": xref, "yref": yref, "x": x, "y": y, "xanchor": xanchor,
+              "yanchor": yanchor, "showarrow": False, **note}
+             for x, _, note in lines if note is not None]
+    # appended as typed objects: `update_layout(shapes=old + new)` re-validates every old one
+    # (60 ms for three batches of markers against 9 ms this way)
+    fig.layout.shapes += tuple(go.layout.Shape(shape) for shape in shapes)
+    fig.layout.annotations += tuple(go.layout.Annotation(note) for note in notes)
+
+
 def change_markers(fig: go.Figure, changes: pd.DataFrame | None, row: int | None = None) -> None:
     """A dotted vertical line, labelled `name -> new`, at every `user` / `auto-tune` row of
     `changes` (`step, name, old, new, source`): the step that first used the new value."""
     if changes is None or changes.empty:
         return
     marked = changes[changes["source"].isin(MARKED_SOURCES)]
-    for step, name, new, source in zip(marked["step"], marked["name"], marked["new"],
-                                       marked["source"]):
-        fig.add_vline(x=int(step), line={"dash": "dot", "color": "crimson", "width": 1},
-                      annotation={"text": f"{plain(name)} → {_fmt(new)}", "textangle": -90,
-                                  "font": {"size": 10, "color": "crimson"},
-                                  "hovertext": f"{plain(source)} change at step {int(step)}"},
-                      annotation_position="top left", **({"row": row} if row else {}))
+    style = {"dash": "dot", "color": "crimson", "width": 1}
+    _vlines(fig, [(int(step), style,
+                   {"text": f"{plain(name)} → {_fmt(new)}", "textangle": -90,
+                    "font": {"size": 10, "color": "crimson"},
+                    "hovertext": f"{plain(source)} change at step {int(step)}"})
+                  for step, name, new, source in zip(marked["step"], marked["name"],
+                                                     marked["new"], marked["source"])],
+            "top left", row)
 
 
 def decimation_markers(fig: go.Figure, last_step: int) -> None:
     """A dashed grey line at every `DECIMATION_STEPS` step below `last_step`: from there on a
     recorded train-loss point is the mean of 10x more steps (`engine.recording.stride`)."""
-    for step, stride in zip(DECIMATION_STEPS, (10, 100, 1_000)):
-        if last_step > step:
-            fig.add_vline(x=step, line={"dash": "dash", "color": "grey", "width": 1},
-                          annotation={"text": f"{stride}-step means from here",
-                                      "font": {"size": 10, "color": "grey"}},
-                          annotation_position="bottom right")
+    style = {"dash": "dash", "color": "grey", "width": 1}
+    _vlines(fig, [(step, style, {"text": f"{stride}-step means from here",
+                                 "font": {"size": 10, "color": "grey"}})
+                  for step, stride in zip(DECIMATION_STEPS, (10, 100, 1_000))
+                  if last_step > step], "bottom right")
 
 
 def schedule_lines(fig: go.Figure, marks: Sequence[tuple[int, str]], row: int | None = None
@@ -126,12 +154,11 @@ def schedule_lines(fig: go.Figure, marks: Sequence[tuple[int, str]], row: int | 
     """A dash-dot green vertical line at every `(step, label)` of a learning-rate schedule
     (`optimizers.schedule_curves.schedule_marks`: boundaries, restarts, staircase steps,
     warm-up end): the first step of the new regime. Labelled when there are at most 12."""
-    for step, label in marks:
-        fig.add_vline(x=int(step), line={"dash": "dashdot", "color": "seagreen", "width": 1},
-                      annotation={"text": label, "textangle": -90,
-                                  "font": {"size": 10, "color": "seagreen"}}
-                      if len(marks) <= 12 else None,
-                      annotation_position="bottom left", **({"row": row} if row else {}))
+    style = {"dash": "dashdot", "color": "seagreen", "width": 1}
+    _vlines(fig, [(int(step), style,
+                   {"text": label, "textangle": -90, "font": {"size": 10, "color": "seagreen"}}
+                   if len(marks) <= 12 else None) for step, label in marks],
+            "bottom left", row)
 
 
 def learning_rate_figure(

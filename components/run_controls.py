@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from components import figures, session_runs
+from components import figures, live_chart, session_runs
 from optimizers import schedule_curves, schedule_specs
 from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, RunStore
 from settings import fields
@@ -189,9 +189,10 @@ def run_schedule(run: dict[str, Any]) -> tuple[dict[str, Any] | None, float]:
     return schedule, float(saved.get("decay", run["config"].get("decay", 0.0)) or 0.0)
 
 
-def learning_rate_panel(run: dict[str, Any], scalars: pd.DataFrame) -> None:
+def learning_rate_panel(run: dict[str, Any], scalars: pd.DataFrame, live: bool = False) -> None:
     """The learning rate of a run with a schedule or decay: planned (NumPy, the schedule in use
-    now) and recorded (`_decayed_lr` at each recorded step), regime changes marked."""
+    now) and recorded (`_decayed_lr` at each recorded step), regime changes marked; `live`:
+    patched in place (`components.live_chart`)."""
     schedule, decay = run_schedule(run)
     recorded = scalars[scalars["name"] == schedule_specs.EFFECTIVE_LR] if not scalars.empty \
         else scalars
@@ -208,5 +209,9 @@ def learning_rate_panel(run: dict[str, Any], scalars: pd.DataFrame) -> None:
     st.markdown(f"**Learning rate** ({schedule['class_name'] if schedule else 'constant'}"
                 f"{f', decay {decay:g}' if decay else ''}; line = the schedule in use now, in "
                 "NumPy; dots = what `_decayed_lr` returned at each recorded step)")
-    st.plotly_chart(figures.learning_rate_figure(preview, recorded, marks, uirevision=run["id"]),
-                    key=f"lr_{run['id']}", width="stretch", config={"displaylogo": False})
+    fig = figures.learning_rate_figure(preview, recorded, marks, uirevision=run["id"])
+    if live:
+        live_chart.live_chart(fig, f"lr_{run['id']}", height=int(fig.layout.height or 240))
+    else:
+        st.plotly_chart(fig, key=f"lr_{run['id']}", width="stretch",
+                        config={"displaylogo": False})

@@ -14,6 +14,7 @@ import streamlit as st
 
 from components import figures
 from components import inspect_figures
+from components import live_chart
 from components import rule_view
 from optimizers import schedule_curves, schedule_specs
 from runs.store import RunStore
@@ -34,9 +35,14 @@ def slot_caption(optimizer: str, slots: list[str]) -> str:
             "on a log axis.")
 
 
-def chart(fig, key: str) -> None:
-    """A full-width plotly chart without the plotly logo."""
-    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
+def chart(fig, key: str, live: bool = False) -> None:
+    """A full-width plotly chart without the plotly logo: patched in place while the run is
+    live (`components.live_chart`: the same element for every refresh, never blank), a plain
+    `st.plotly_chart` once it has ended."""
+    if live:
+        live_chart.live_chart(fig, key, height=int(fig.layout.height or 340))
+    else:
+        st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
 
 
 def changes_table(changes: pd.DataFrame) -> pd.DataFrame:
@@ -52,9 +58,9 @@ def changes_table(changes: pd.DataFrame) -> pd.DataFrame:
 
 
 def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
-               log_names: tuple[str, ...] = ()) -> None:
+               log_names: tuple[str, ...] = (), live: bool = False) -> None:
     """Loss and accuracy curves, the hyperparameter trace (log axes for `log_names`) and the
-    table of live changes."""
+    table of live changes; `live`: charts patched in place (the run is training)."""
     rid = run["id"]
     changes = store.hyper_changes(rid)
     state = st.session_state
@@ -67,7 +73,7 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
         chart(figures.loss_figure(scalars, uirevision=rid, log_y=state.get(f"logy_{rid}", False),
                                   changes=changes, smoothing=state.get(f"smooth_{rid}", 0.0),
                                   schedule_marks=marks),
-              f"loss_{rid}")
+              f"loss_{rid}", live)
         box, slider = st.columns([1, 2])
         box.checkbox("log loss axis", key=f"logy_{rid}")
         slider.slider("smoothing (EMA per step)", 0.0, 0.99, step=0.01, key=f"smooth_{rid}",
@@ -76,12 +82,12 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
                            "recording is unchanged. Dotted red lines: your / auto-tune "
                            "hyperparameter changes; dashed grey: recording decimates.")
     with right:
-        chart(figures.accuracy_figure(scalars, uirevision=rid), f"accuracy_{rid}")
+        chart(figures.accuracy_figure(scalars, uirevision=rid), f"accuracy_{rid}", live)
     left, right = st.columns([3, 2])
     with left:
         st.markdown("**Hyperparameter trace** (value in effect at each step; ◆ = change)")
         chart(figures.hyper_trace_figure(changes, run["step"], uirevision=rid, log_names=log_names),
-              f"hypers_{rid}")
+              f"hypers_{rid}", live)
     with right:
         st.markdown("**Hyperparameter changes**")
         table = changes_table(changes)
@@ -91,8 +97,9 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
             st.table(table.set_index("step"))
 
 
-def slots_tab(store: RunStore, run: dict[str, Any]) -> None:
-    """Per (variable, slot) norm/mean/std over the steps and one slot's distribution heatmap."""
+def slots_tab(store: RunStore, run: dict[str, Any], live: bool = False) -> None:
+    """Per (variable, slot) norm/mean/std over the steps and one slot's distribution heatmap;
+    `live`: charts patched in place."""
     rid = run["id"]
     stats = store.slot_stats(rid, max_points=DISPLAY_POINTS)
     if stats.empty:
@@ -108,12 +115,13 @@ def slots_tab(store: RunStore, run: dict[str, Any]) -> None:
     log_slots = st.multiselect("log axis for", list(dict.fromkeys(stats["slot"])), key=log_key,
                                help="slots drawn on a logarithmic y axis")
     chart(figures.slot_rows_figure(stats, variable, log_slots, uirevision=f"{rid}-{variable}"),
-          f"slotstats_{rid}")
+          f"slotstats_{rid}", live)
     slot = st.selectbox("slot (distribution over the steps)", slots, key=f"slot_slot_{rid}",
                         index=slots.index("update") if "update" in slots else 0)
     hist = store.histograms(rid, variable, slot, max_points=HEATMAP_STEPS)
     chart(figures.distribution_heatmap(hist, f"Distribution of {slot} of {variable}",
-                                       uirevision=f"{rid}-{variable}-{slot}"), f"heat_{rid}")
+                                       uirevision=f"{rid}-{variable}-{slot}"), f"heat_{rid}",
+          live)
     st.caption(slot_caption(run["config"]["optimizer"], slots))
     with st.expander(f"{run['config']['optimizer']}: the update rule these slots come from"):
         rule_view.show(run["config"]["optimizer"], key=f"slots_rule_{rid}", sources=False)

@@ -410,11 +410,12 @@ def live_body(run_id: int, was_active: bool) -> None:
         for _, row in commands[commands["status"] == "refused"].tail(3).iterrows():
             st.warning(f"command {row['id']} {row['kind']} {row['payload']} refused: "
                        f"{row['message']}")
-    views = {
+    views = {  # live: charts patched in place while the run trains (`components.live_chart`)
         "Curves": lambda: (run_panels.curves_tab(
-            store(), run, scalars, tuple(s.name for s in run_specs(run) if s.log_scale)),
-            run_controls.learning_rate_panel(run, scalars)),
-        "Slots": lambda: run_panels.slots_tab(store(), run),
+            store(), run, scalars, tuple(s.name for s in run_specs(run) if s.log_scale),
+            live=active),
+            run_controls.learning_rate_panel(run, scalars, live=active)),
+        "Slots": lambda: run_panels.slots_tab(store(), run, live=active),
         "Config": lambda: run_panels.config_tab(store(), run),
     }
     if run["status"] == QUEUED:

@@ -1,0 +1,140 @@
+"""A plotly chart that is drawn once and then patched in place: the Train page's live charts.
+
+Why not `st.plotly_chart`: Streamlit 1.67 computes a plotly chart's element id from its figure
+spec even when it has a `key`, so every refresh with new data is a NEW element, which the
+browser unmounts and mounts again: blank frames while it redraws, and a tab watching a run grew
+0.75 -> 2.07 GiB in 10 minutes (issue 13). This element is a Streamlit components-v2 element
+whose identity is its key alone (`key_as_main_identity`): new data reaches the SAME element,
+whose script creates the plot `div` once and then calls `Plotly.react` on it, which patches the
+drawn SVG in place (and keeps the user's zoom through `uirevision`).
+
+plotly.js comes from the `plotly` Python package's own bundle (`plotly/package_data/
+plotly.min.js`), served by Streamlit's component file route (a v1 component path declared
+here, nothing rendered from it) and cached by the browser: no CDN, no network. The chart is
+mounted in the page's DOM (not a shadow root) so plotly's global styles (modebar, hover) apply.
+Colours follow the page: text colour and font from the element's computed style, a transparent
+background, Streamlit's own colourway for traces that name no colour.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import plotly
+import plotly.graph_objects as go
+import streamlit as st
+import streamlit.components.v1 as components_v1
+
+# The folder holding plotly.min.js, served at /component/<this module>.plotly_js/plotly.min.js.
+_BUNDLE_DIR = Path(plotly.__file__).resolve().parent / "package_data"
+components_v1.declare_component("plotly_js", path=str(_BUNDLE_DIR))
+BUNDLE_ROUTE = f"component/{__name__}.plotly_js/plotly.min.js"
+
+MIN_HEIGHT, MAX_HEIGHT = 80, 2000  # px
+
+_JS = """
+const ROUTE = "%(route)s";
+const COLORWAY = ["#0068c9", "#83c9ff", "#ff2b2b", "#ffabab", "#29b09d", "#7defa1",
+                  "#ff8700", "#ffd16a", "#6d3fc0", "#d5dae5"];
+
+function loadPlotly() {
+  if (!window.__labPlotly) {
+    window.__labPlotly = new Promise((resolve, reject) => {
+      if (window.Plotly) { resolve(window.Plotly); return; }
+      const script = document.createElement("script");
+      script.src = new URL(ROUTE, document.baseURI).href;
+      script.onload = () => resolve(window.Plotly);
+      script.onerror = () => { window.__labPlotly = null; reject(new Error("plotly.js did not load")); };
+      document.head.appendChild(script);
+    });
+  }
+  return window.__labPlotly;
+}
+
+function themed(layout, element) {
+  const style = getComputedStyle(element);
+  const text = style.color || "#31333f";
+  const grid = text.replace("rgb(", "rgba(").replace(")", ", 0.12)");
+  const axis = (a) => Object.assign({gridcolor: grid, zerolinecolor: grid, linecolor: grid,
+                                     automargin: true}, a || {});
+  const out = Object.assign({}, layout);
+  out.paper_bgcolor = layout.paper_bgcolor || "rgba(0,0,0,0)";
+  out.plot_bgcolor = layout.plot_bgcolor || "rgba(0,0,0,0)";
+  out.font = Object.assign({color: text, family: style.fontFamily, size: 12}, layout.font || {});
+  out.colorway = layout.colorway || COLORWAY;
+  for (const key of Object.keys(out)) {
+    if (/^[xy]axis[0-9]*$/.test(key)) out[key] = axis(out[key]);
+  }
+  if (!out.xaxis) out.xaxis = axis({});
+  if (!out.yaxis) out.yaxis = axis({});
+  return out;
+}
+
+export default function (component) {
+  const { data, parentElement } = component;
+  let div = parentElement.querySelector("div.lab-live-chart");
+  if (!div) {
+    div = document.createElement("div");
+    div.className = "lab-live-chart";
+    div.style.width = "100%%";
+    parentElement.appendChild(div);
+  }
+  div.style.height = data.height + "px";
+  div.dataset.revision = data.revision;
+  loadPlotly().then((Plotly) => {
+    const figure = JSON.parse(data.figure);
+    const layout = themed(figure.layout || {}, parentElement);
+    layout.height = data.height;
+    Plotly.react(div, figure.data || [], layout,
+                 {displaylogo: false, responsive: true});
+    div.dataset.drawn = data.revision;
+  }).catch((error) => { div.textContent = String(error); });
+  return () => { if (window.Plotly) window.Plotly.purge(div); };
+}
+""" % {"route": BUNDLE_ROUTE}
+
+_live_chart = st.components.v2.component("optimizer_lab_live_chart", js=_JS,
+                                         isolate_styles=False)
+
+
+def figure_payload(fig: go.Figure | dict[str, Any], height: int, revision: int = 0
+                   ) -> dict[str, Any]:
+    """The element's data: the figure as plotly JSON (its `template` left out: the element
+    applies the page's theme, and a template is ~8 KB sent on every refresh), its height and
+    a revision counter (shown in the DOM as `data-revision` / `data-drawn`, for tests).
+
+    Args:
+        fig: a plotly Figure or a figure dict (`{"data": [...], "layout": {...}}`).
+        height: chart height in pixels, `MIN_HEIGHT`..`MAX_HEIGHT`.
+        revision: any int; the element marks the revision it has drawn.
+
+    Raises:
+        ValueError: `height` outside the allowed range (the message names it).
+    """
+    if isinstance(height, bool) or not isinstance(height, int) or not (
+            MIN_HEIGHT <= height <= MAX_HEIGHT):
+        raise ValueError(f"height={height!r} refused: must be an int in "
+                         f"[{MIN_HEIGHT}, {MAX_HEIGHT}] (pixels)")
+    if isinstance(fig, go.Figure):
+        fig = fig.to_plotly_json()  # dicts: no second validation (the builders validated)
+    layout = {k: v for k, v in fig.get("layout", {}).items() if k != "template"}
+    text = plotly.io.to_json({"data": fig.get("data", []), "layout": layout}, validate=False)
+    return {"figure": text, "height": height, "revision": int(revision)}
+
+
+def live_chart(fig: go.Figure | dict[str, Any], key: str, height: int = 340) -> None:
+    """Draw `fig` in the element named `key`, patching the one already drawn there.
+
+    Args:
+        fig: as `figure_payload`.
+        key: the element's whole identity: the same key on the next refresh updates the same
+            chart in place.
+        height: pixels, as `figure_payload`.
+
+    Raises:
+        ValueError: a refused `height`.
+    """
+    revisions = st.session_state.setdefault("_live_chart_revisions", {})
+    revisions[key] = revisions.get(key, 0) + 1
+    _live_chart(key=key, data=figure_payload(fig, height, revisions[key]), height=height)

@@ -1,0 +1,119 @@
+"""The live chart element (`components.live_chart`): one element per key, patched in place.
+
+`st.plotly_chart` gets a new element id whenever its figure changes (Streamlit 1.67 derives the
+id from the spec even with a key), so the browser remounts it on every refresh; the live chart's
+id is its key alone. Checked under AppTest: ids over reruns, the payload (plotly JSON without
+the template, the height, a revision), refusals, and the Train page using it while a run is
+live (the log-axis toggle reaching the same element).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import plotly.graph_objects as go
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from components.live_chart import BUNDLE_ROUTE, MAX_HEIGHT, MIN_HEIGHT, figure_payload
+from runs.store import RunStore
+from tests.fake_runs import add_fake_run
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+
+
+def two_charts_script():
+    import plotly.graph_objects as go
+    import streamlit as st
+
+    from components.live_chart import live_chart
+
+    n = st.session_state["n"] = st.session_state.get("n", 0) + 1
+    figure = go.Figure(go.Scatter(x=list(range(n + 1)), y=[v * v for v in range(n + 1)]))
+    live_chart(figure, "loss_1", height=300)
+    st.plotly_chart(figure, key="plain")
+
+
+def element_ids(at: AppTest) -> dict[str, str]:
+    return {node.type: node.proto.id for node in at.main.children.values()}
+
+
+def test_the_live_chart_keeps_its_element_id_while_plotly_chart_gets_a_new_one():
+    at = AppTest.from_function(two_charts_script).run()
+    assert not at.exception
+    first = element_ids(at)
+    at.run()
+    second = element_ids(at)
+    assert second["bidi_component"] == first["bidi_component"]  # the same element: patched
+    assert second["plotly_chart"] != first["plotly_chart"]  # a new element: remounted
+    live = [n for n in at.main.children.values() if n.type == "bidi_component"][0]
+    data = json.loads(live.proto.json)
+    figure = json.loads(data["figure"])
+    assert figure["data"][0]["y"] == [0, 1, 4]  # the second run's data reached it
+    assert data["height"] == 300 and data["revision"] == 2
+
+
+def test_the_payload_is_plotly_json_without_the_template():
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[3.5, 4.5], name="train loss"),
+                    layout={"title": {"text": "Loss"}, "uirevision": 7})
+    payload = figure_payload(fig, 340, revision=5)
+    figure = json.loads(payload["figure"])
+    assert "template" not in figure["layout"] and fig.layout.template is not None
+    assert figure["data"][0]["y"] == [3.5, 4.5] and figure["layout"]["uirevision"] == 7
+    assert (payload["height"], payload["revision"]) == (340, 5)
+    as_dict = figure_payload({"data": [{"type": "scatter", "y": [1.0]}],
+                              "layout": {"template": {"x": 1}, "height": 9}}, 200)
+    assert json.loads(as_dict["figure"]) == {"data": [{"type": "scatter", "y": [1.0]}],
+                                             "layout": {"height": 9}}
+    assert BUNDLE_ROUTE == "component/components.live_chart.plotly_js/plotly.min.js"
+
+
+@pytest.mark.parametrize("height", [MIN_HEIGHT - 1, MAX_HEIGHT + 1, 340.0, True, "340"])
+def test_a_bad_height_is_refused_naming_the_field(height):
+    with pytest.raises(ValueError, match=rf"height={height!r} refused: must be an int in "
+                                         rf"\[{MIN_HEIGHT}, {MAX_HEIGHT}\] \(pixels\)"):
+        figure_payload(go.Figure(), height)
+
+
+@pytest.fixture
+def live_run(tmp_path, monkeypatch):
+    """A store with one run that looks live (status running, recent heartbeat)."""
+    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+    store = RunStore()
+    return store, add_fake_run(store, status="running", steps=40)
+
+
+def test_the_train_page_patches_its_charts_while_a_run_is_live(live_run):
+    store, run_id = live_run
+    at = AppTest.from_file(APP, default_timeout=60).switch_page("views/train.py")
+    at.session_state["run_select"] = run_id
+    at.run()
+    assert not at.exception, at.exception
+    keys = {node.proto.id for node in at.get("bidi_component")}
+    assert any(k.endswith(f"loss_{run_id}") for k in keys), keys
+    assert any(k.endswith(f"accuracy_{run_id}") for k in keys), keys
+    assert any(k.endswith(f"hypers_{run_id}") for k in keys), keys
+    plain_ids = {node.proto.id for node in at.get("plotly_chart")}
+    assert not any(f"loss_{run_id}" in k for k in plain_ids)
+    loss_node = next(n for n in at.get("bidi_component") if n.proto.id.endswith(f"loss_{run_id}"))
+    loss = json.loads(json.loads(loss_node.proto.json)["figure"])
+    assert [t["name"] for t in loss["data"]][:2] == ["train loss", "val loss"]
+    assert loss["layout"]["yaxis"].get("type") != "log"
+    # the log-axis toggle mid-run: the same element, now on a log axis
+    at.checkbox(key=f"logy_{run_id}").check().run()
+    assert not at.exception, at.exception
+    again = next(n for n in at.get("bidi_component") if n.proto.id.endswith(f"loss_{run_id}"))
+    assert again.proto.id == loss_node.proto.id
+    assert json.loads(json.loads(again.proto.json)["figure"])["layout"]["yaxis"]["type"] == "log"
+
+
+def test_a_finished_run_is_drawn_with_plotly_chart(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+    run_id = add_fake_run(RunStore(), status="finished", steps=30)
+    at = AppTest.from_file(APP, default_timeout=60).switch_page("views/train.py")
+    at.session_state["run_select"] = run_id
+    at.run()
+    assert not at.exception, at.exception
+    assert not list(at.get("bidi_component"))
+    assert any(f"loss_{run_id}" in n.proto.id for n in at.get("plotly_chart"))
