@@ -281,6 +281,34 @@ def schedule_section(specs, values: dict[str, float]) -> str | None:
 
 
 # ----- sidebar ---------------------------------------------------------------------------------
+# The Start button's state as the last full run drew it (None while a full run draws the Setup).
+SETUP_OK_DRAWN = "_setup_ok_drawn"
+
+
+@st.fragment
+def hyperparameter_section(optimizer: str, options: dict[str, Any], specs) -> bool:
+    """The hyperparameter widgets, the schedule section and the live-change messages, as a
+    fragment: moving a value reruns only this block, so its callback sends the change to a live
+    run at once (a full-page rerun waited for the running live area first) and the message
+    shows at once. The link and the remembered Setup follow here; the rest of the page is
+    redrawn only when the Setup's validity flips (the Start button's state).
+
+    Returns:
+        True when every value is allowed (Start may be pressed).
+    """
+    state = st.session_state
+    values = hyper_widgets(specs, hyper_prefix(optimizer, options), on_change=on_hyper_change)
+    schedule_error = schedule_section(specs, values)
+    for level, text in state["live_messages"]:
+        getattr(st, level)(text)
+    ok = bool(specs) and not invalid_hypers(specs, values) and not schedule_error
+    drawn = state.get(SETUP_OK_DRAWN)
+    if drawn is not None:  # a rerun of this fragment alone
+        share_setup()
+        setup_state.remember()
+        if drawn != ok:
+            st.rerun(scope="app")  # Start's state changes with it
+    return ok
 def hyper_prefix(optimizer: str, options: dict[str, Any]) -> str:
     """Key prefix of the hyperparameter widgets (`settings.fields.hyper_prefix`)."""
     return fields.hyper_prefix(optimizer, options)
@@ -307,12 +335,11 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
         if live_run is not None and live_run["config"]["optimizer"] == optimizer:
             st.caption(f"Run #{live_run['id']} is active: moving a value changes it live "
                        "(`_set_hyper` assigns the tf.Variable, no retrace).")
-        values = hyper_widgets(specs, hyper_prefix(optimizer, options), on_change=on_hyper_change)
-        schedule_error = schedule_section(specs, values)
+        state[SETUP_OK_DRAWN] = None  # a full run: the fragment below does not rerun the app
+        setup_ok = hyperparameter_section(optimizer, options, specs)
+        state[SETUP_OK_DRAWN] = setup_ok
         with st.expander(f"{optimizer}: the update rule"):
             rule_view.show(optimizer, key="train_rule")
-        for level, text in state["live_messages"]:
-            getattr(st, level)(text)
         st.subheader("Data and run")
         st.selectbox("dataset", fields.choices("dataset"), key="dataset",
                      help=fields.help_text("dataset"))
@@ -345,9 +372,8 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
             state["device"] = canonical if canonical in devices else "auto"
         st.selectbox("device", devices, key="device", help=fields.help_text("device"))
         hypergradient_widgets(optimizer, specs)
-        bad = invalid_hypers(specs, values)
         st.button("Start", key="start", type="primary", on_click=on_start,
-                  width="stretch", disabled=bool(bad) or not specs or bool(schedule_error))
+                  width="stretch", disabled=not setup_ok)
         for message in state["start_errors"]:
             st.error(message)
 
