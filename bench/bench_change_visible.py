@@ -75,6 +75,20 @@ def command_state(home: Path, value: float) -> str | None:
     return None
 
 
+def stop_runs(home: Path) -> None:
+    """Kill the run processes this bench started: a run outlives its server by design."""
+    con = sqlite3.connect(home / "runs.sqlite", timeout=30)
+    try:
+        pids = [pid for (pid,) in con.execute("SELECT pid FROM runs WHERE pid IS NOT NULL")]
+    finally:
+        con.close()
+    for pid in pids:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
@@ -127,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
+        stop_runs(home)
     print(f"\nmedians over {len(rows)} changes (load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores):")
     for key in ("queued", "applied", "table", "marker"):
