@@ -18,9 +18,10 @@ from components.store_guard import store_guard
 from runs.store import RunStore, default_store_path
 
 HOME = st.Page("views/home.py", title="Home", icon=":material/school:", default=True)
+TRAIN = st.Page("views/train.py", title="Train", icon=":material/model_training:")
 PAGES = [
     HOME,
-    st.Page("views/train.py", title="Train", icon=":material/model_training:"),
+    TRAIN,
     # `*_page.py`: a page file named like a package (runs/, hypergrad/) would shadow it when
     # the page runs with views/ first on sys.path (AppTest does that); the URL stays /hypergrad
     st.Page("views/hypergrad_page.py", title="Hyper-gradients", icon=":material/functions:",
@@ -39,8 +40,10 @@ PAGES = [
 pg = st.navigation(PAGES)
 # Plugins are contract-checked once per server in a child process (~5 s: it imports
 # TensorFlow). Home lists no optimizer: it only starts the check, so its first paint does not
-# wait; every other page may name a plugin optimizer (a share link, a run) and waits for it.
-if pg is HOME:  # (without a runtime, `st.navigation` returns a stand-in: not HOME)
+# wait. Train paints with the built-in optimizers and adds the plugins when the check answers
+# (it waits only for a link or lesson naming an optimizer not registered yet: views/train.py).
+# Every other page may name a plugin optimizer (a run) and waits for it.
+if pg is HOME or pg is TRAIN:  # (without a runtime, `st.navigation` returns a stand-in)
     start_plugin_check()
 else:
     load_plugins()

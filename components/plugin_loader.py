@@ -62,6 +62,28 @@ def start_plugin_check() -> None:
         _check(directory, *_timeouts())
 
 
+def check_running() -> bool:
+    """True while this server's background plugin check (started by `start_plugin_check`)
+    has not answered yet."""
+    directory = str(plugins.plugins_dir())
+    if plugins.folder_problem(directory):
+        return False
+    with _LOCK:
+        check = _CHECKS.get((directory, *_timeouts()))
+    return check is not None and not check.done()
+
+
+def plugins_when_ready() -> bool:
+    """Start the plugin check if needed and register its classes if it has answered, without
+    waiting (the Train page paints with the built-in optimizers meanwhile); returns True when
+    the check is over (or there is no plugins folder)."""
+    start_plugin_check()
+    if check_running():
+        return False
+    load_plugins()  # done: registers at once, no spinner
+    return True
+
+
 def load_plugins() -> tuple[str, list[plugins.PluginReport]]:
     """(plugins folder, one report per plugin file; none when the folder is missing, see
     `optimizers.plugins.folder_problem`), the passing classes registered. Waits for the
@@ -94,4 +116,4 @@ def load_plugins() -> tuple[str, list[plugins.PluginReport]]:
     return directory, reports
 
 
-__all__ = ["load_plugins", "start_plugin_check"]
+__all__ = ["check_running", "load_plugins", "plugins_when_ready", "start_plugin_check"]

@@ -19,7 +19,7 @@ from components.store_guard import guard_page
 from components import lesson_panel
 from components import run_controls, run_panels, setup_state
 from components import rule_view
-from components import device_list, session_runs
+from components import device_list, plugin_loader, session_runs
 from components import figures
 from components.hyper_widgets import (hyper_widgets, invalid_hypers, option_widgets,
                                       schedule_widgets, slider_bounds)
@@ -323,6 +323,8 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
             state["optimizer"] = names[0]
         optimizer = st.selectbox("optimizer", names, key="optimizer",
                                  help=fields.help_text("optimizer"))
+        if plugin_loader.check_running() or not device_list.device_names().final:
+            background_note()
         options = option_widgets(registry.option_defaults(optimizer),
                                  fields.option_prefix(optimizer),
                                  optimizer_names=names, exclude=optimizer)
@@ -463,8 +465,37 @@ def live_body(run_id: int, was_active: bool) -> None:
             show()
 
 
+def plugins_for_this_page() -> None:
+    """Register the plugin optimizers if their check has answered; wait for it (a spinner)
+    only when a link or this session names an optimizer that is not registered yet. Otherwise
+    the page paints with the built-in optimizers and `background_note` reruns it when the
+    check is over (issue 13: the check imports TensorFlow in a child, 5-60 s)."""
+    if plugin_loader.plugins_when_ready():
+        return
+    names = set(registry.names())
+    wanted = [st.query_params.get("optimizer"), st.session_state.get("optimizer"),
+              st.session_state.get(setup_state.PREFIX + "optimizer")]
+    if any(name and name not in names for name in wanted):
+        plugin_loader.load_plugins()
+
+
+@st.fragment(run_every=1.0)
+def background_note() -> None:
+    """While the plugin check or the device probe runs: a note saying so; the page is drawn
+    again when both are over (the optimizer and device lists grow then)."""
+    pending = [what for what, running in (
+        ("checking optimizer plugins", plugin_loader.check_running()),
+        ("listing devices (auto works now)", not device_list.device_names().final))
+        if running]
+    if pending:
+        st.caption("In the background: " + "; ".join(pending) + "...")
+    else:
+        st.rerun(scope="app")
+
+
 @guard_page  # a read-only or full data directory: one line, not a traceback
 def main() -> None:
+    plugins_for_this_page()
     init_state()
     lesson_panel.load("train", apply_run_setup=apply_config)  # before the Setup widgets exist
     runs_table = store().runs()
