@@ -1,0 +1,128 @@
+"""Headless Chromium against `streamlit run app.py`: the Train page while a run trains.
+
+* The live charts are the SAME DOM nodes across refreshes (patched with `Plotly.react`, never
+  remounted), and every sample has drawn traces; the log-axis toggle reaches the same node.
+* A live learning-rate change shows as a marker on the loss curve.
+* The page paints (Start usable) before the plugin check answers, says the check is running,
+  and lists the plugin optimizer by itself when the check ends.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from _browser import ARGS, CHROMIUM, no_exception, playwright_api, set_number
+from _streamlit_server import streamlit_server
+
+pytestmark = pytest.mark.browser
+
+NODES_JS = """() => [...document.querySelectorAll('div.lab-live-chart')]"""
+SAMPLE_JS = """(keep) => {
+  const now = [...document.querySelectorAll('div.lab-live-chart')];
+  if (keep) window.__charts = now;
+  return {count: now.length,
+          same: (window.__charts || []).length === now.length
+                && now.every((d, i) => d === window.__charts[i]),
+          traces: now.map(d => (d.data || []).length),
+          drawn: now.map(d => d.querySelectorAll('.scatterlayer .trace path, .hm image').length),
+          logy: now.length ? ((now[0].layout || {}).yaxis || {}).type : null};
+}"""
+
+
+def start_long_run(page, url: str) -> None:
+    page.goto(f"{url}/train?optimizer=adam&dataset=moons&model=mlp&steps=1000000")
+    page.get_by_role("button", name="Start").wait_for()
+    page.wait_for_timeout(1000)
+    page.get_by_role("button", name="Start").click()
+    try:
+        page.wait_for_function(
+            "() => /status running · step [1-9]/.test(document.body.innerText)")
+    finally:
+        no_exception(page, "train-live-run-started")
+
+
+def test_live_charts_are_patched_in_place_and_a_change_shows_on_the_loss_curve(tmp_path):
+    api = playwright_api()
+    with streamlit_server(tmp_path) as url, api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.set_default_timeout(180_000)
+        start_long_run(page, url)
+        page.wait_for_function("() => [...document.querySelectorAll('div.lab-live-chart')]"
+                               ".filter(d => (d.data || []).length > 0).length >= 2")
+        first = page.evaluate(SAMPLE_JS, True)
+        assert first["count"] >= 3, first
+        for _ in range(6):
+            page.wait_for_timeout(1000)
+            sample = page.evaluate(SAMPLE_JS, False)
+            assert sample["same"], sample  # no chart was remounted
+            assert sample["traces"][0] >= 1 and sample["drawn"][0] >= 1, sample  # not blank
+        no_exception(page, "train-live-chart")
+
+        page.get_by_text("log loss axis").click()
+        deadline = time.monotonic() + 20
+        while page.evaluate(SAMPLE_JS, False)["logy"] != "log":
+            assert time.monotonic() < deadline, "the log axis did not reach the loss chart"
+            page.wait_for_timeout(250)
+        assert page.evaluate(SAMPLE_JS, False)["same"]
+
+        set_number(page, "learning_rate", "2.50e-3", settle=False)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.js-plotly-plot .annotation-text')]"
+            ".some(t => (t.textContent || '').includes('learning_rate → 0.0025'))",
+            timeout=60_000)
+        assert page.evaluate(SAMPLE_JS, False)["same"]
+        no_exception(page, "train-live-change-marker")
+        page.get_by_role("button", name="Stop").click()
+        page.get_by_text(re.compile(r"status stopped")).wait_for()
+        browser.close()
+
+
+SLOW_PLUGIN = '''
+"""A plugin whose import waits for a release file (the test's stand-in for a slow check)."""
+import os, time
+from pathlib import Path
+
+release = Path(os.environ["LAB_TEST_RELEASE"])
+while not release.exists():
+    time.sleep(0.1)
+
+from optimizers.sgd import SGD
+import tf_keras
+
+
+@tf_keras.saving.register_keras_serializable(package="LabTestPlugins")
+class SlowSGD(SGD):
+    """SGD under another name: its file took a while to import."""
+
+    def __init__(self, learning_rate=0.01, momentum=0.0, nesterov=False, name="SlowSGD",
+                 **kwargs):
+        super().__init__(learning_rate, momentum, nesterov, name=name, **kwargs)
+'''
+
+
+def test_train_paints_before_the_plugin_check_and_lists_the_plugin_when_it_ends(tmp_path):
+    api = playwright_api()
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "slow_sgd.py").write_text(SLOW_PLUGIN)
+    release = tmp_path / "release"
+    env = {"OPTIMIZER_LAB_PLUGINS": str(plugins), "LAB_TEST_RELEASE": str(release),
+           "OPTIMIZER_LAB_PLUGIN_TIMEOUT_S": "120"}
+    with streamlit_server(tmp_path, env=env) as url, api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.set_default_timeout(180_000)
+        page.goto(f"{url}/train")
+        page.get_by_role("button", name="Start").wait_for()  # painted while the check waits
+        page.get_by_text("checking optimizer plugins", exact=False).wait_for()
+        assert page.get_by_role("button", name="Start").is_enabled()
+        no_exception(page, "train-while-plugins-check")
+        release.write_text("go")
+        page.get_by_text("checking optimizer plugins", exact=False).wait_for(state="detached")
+        page.get_by_test_id("stSidebar").get_by_role("combobox").first.click()
+        page.get_by_role("option", name="slowsgd").wait_for()
+        browser.close()
