@@ -27,6 +27,11 @@ from settings import fields
 SPEEDS: tuple[float | None, ...] = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, None)
 
 
+# The Train page's default pace at Start: a default run (10,000 steps, README "Default setup")
+# then lasts about 3 minutes, long enough to move a hyperparameter while it trains.
+START_SPEED = 50.0
+
+
 def continuous_steps() -> int:
     """`steps` of a continuous run: the largest the settings table allows (1,000,000 steps)."""
     return fields.bounds("steps")[1]

@@ -9,7 +9,7 @@ comes back from the URL, which `views.train.share_setup` keeps equal to the Setu
 The Setup's keys are generated from the settings table (`settings.fields`): one per
 `RunConfig` field, the per-optimizer hyperparameter (`hp_...`), option (`opt_...`) and
 followed-names (`hg_names_...`) keys, the schedule picker and its per-class parameters
-(`lrs_class`, `lrs_<Class>_<param>`), and the page's `continuous` checkbox.
+(`lrs_class`, `lrs_<Class>_<param>`), and the page's `continuous` checkbox and `start_speed`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def is_setup_key(key: str) -> bool:
         return False
     prefixes = (fields.session_key("hyperparameters"), fields.session_key("options"), "hg_names_",
                 fields.session_key("lr_schedule"))  # `lrs_class`, `lrs_<Class>_<param>`
-    return key in _field_keys() or key == "continuous" or key.startswith(prefixes)
+    return (key in _field_keys() or key in ("continuous", "start_speed")
+            or key.startswith(prefixes))
 
 
 def _field_keys() -> set[str]:

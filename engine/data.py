@@ -16,6 +16,13 @@ the training part only (no validation statistics leak into training).
 
 Digits stay flat (64 features, row-major 8x8); `Dataset.image_shape` is `(8, 8, 1)` and the CNN
 model starts with a `Reshape` to it.
+
+Label noise (`label_noise` = f in [0, 0.9]): exactly round(f * n_train) TRAINING labels, chosen
+with the fixed seed `NOISE_SEED` (the same examples in every run), are replaced by another class
+drawn uniformly from the other n_classes - 1; validation labels stay clean, so the validation
+loss shows how much of the noise a model memorised (Zhang et al. 2017, "Understanding deep
+learning requires rethinking generalization", arXiv:1611.03530, sec. 2: random labels are fitted
+perfectly, at a cost to generalisation).
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 
 SPLIT_SEED = 0
+NOISE_SEED = 1
+MAX_LABEL_NOISE = 0.9
 TEST_SIZE = 0.25
 TOKEN_VOCAB = 64
 TOKEN_LENGTH = 12
@@ -63,10 +72,44 @@ class Dataset:
     input_shape: tuple[int, ...]
     image_shape: tuple[int, ...] | None = None
 
+    label_noise: float = 0.0
+    noisy: np.ndarray | None = None  # int64 [round(label_noise * n_train)]: flipped rows
+
     @property
     def n_train(self) -> int:
         """Number of training examples."""
         return int(self.x_train.shape[0])
+
+
+def noisy_labels(labels: np.ndarray, n_classes: int, fraction: float,
+                 seed: int = NOISE_SEED) -> tuple[np.ndarray, np.ndarray]:
+    """`labels` with exactly round(fraction * n) of them replaced by another class.
+
+    Args:
+        labels: int array [n] in 0..n_classes-1.
+        n_classes: number of classes (>= 2).
+        fraction: in [0, `MAX_LABEL_NOISE`].
+        seed: which examples and which wrong classes (fixed: the same in every run).
+
+    Returns:
+        (new labels int32 [n], indices int64 [k] of the changed examples, sorted); every changed
+        label differs from the original one.
+
+    Raises:
+        ValueError: `fraction` outside [0, 0.9] (names the field).
+    """
+    if isinstance(fraction, bool) or not 0.0 <= fraction <= MAX_LABEL_NOISE:
+        raise ValueError(f"label_noise={fraction!r} refused: must be a float in "
+                         f"[0, {MAX_LABEL_NOISE:g}]")
+    labels = np.asarray(labels, dtype=np.int32)
+    rng = np.random.RandomState(seed)
+    count = int(round(fraction * labels.size))
+    chosen = np.sort(rng.choice(labels.size, size=count, replace=False)).astype(np.int64)
+    # a shift of 1..n_classes-1 modulo n_classes: uniform over the OTHER classes
+    shift = rng.randint(1, n_classes, size=count).astype(np.int32)
+    out = labels.copy()
+    out[chosen] = (labels[chosen] + shift) % n_classes
+    return out, chosen
 
 
 def token_labels(tokens: np.ndarray) -> np.ndarray:
@@ -113,7 +156,7 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=16)
-def load_dataset(name: str, dtype: str = "float32") -> Dataset:
+def load_dataset(name: str, dtype: str = "float32", label_noise: float = 0.0) -> Dataset:
     """Load, split (fixed seed 0, stratified, 25 % validation) and standardise a dataset.
 
     Cached: repeated calls return the same (read-only) object.
@@ -121,9 +164,11 @@ def load_dataset(name: str, dtype: str = "float32") -> Dataset:
     Args:
         name: one of `DATASETS`.
         dtype: `float32` or `float64`, the dtype of float features (token ids stay int32).
+        label_noise: fraction of training labels replaced by another class (`noisy_labels`).
 
     Raises:
-        ValueError: unknown `name` or `dtype` (the message names the field).
+        ValueError: unknown `name` or `dtype`, `label_noise` outside [0, 0.9] (the message
+            names the field).
     """
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype={dtype!r} refused: must be float32 or float64")
@@ -138,6 +183,8 @@ def load_dataset(name: str, dtype: str = "float32") -> Dataset:
         scaler = StandardScaler().fit(x_train)
         x_train = scaler.transform(x_train).astype(dtype)
         x_val = scaler.transform(x_val).astype(dtype)
+    n_classes = int(y.max()) + 1
+    y_train, noisy = noisy_labels(y_train, n_classes, float(label_noise))
     return Dataset(
         name=name,
         description=description,
@@ -145,7 +192,9 @@ def load_dataset(name: str, dtype: str = "float32") -> Dataset:
         y_train=_readonly(y_train),
         x_val=_readonly(x_val),
         y_val=_readonly(y_val),
-        n_classes=int(y.max()) + 1,
+        n_classes=n_classes,
         input_shape=tuple(int(d) for d in x_train.shape[1:]),
         image_shape=(8, 8, 1) if name == "digits" else None,
+        label_noise=float(label_noise),
+        noisy=_readonly(noisy),
     )

@@ -90,7 +90,7 @@ class Engine:
 
     def __init__(self, config: RunConfig, device: str):
         self.config, self.device = config, device
-        self.dataset = data = load_dataset(config.dataset, config.dtype)
+        self.dataset = data = load_dataset(config.dataset, config.dtype, config.label_noise)
         with tf.device(device):
             tf_keras.utils.set_random_seed(config.seed)
             self.model = build_model(config.model, data, config.seed, config.dtype)

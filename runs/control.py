@@ -52,7 +52,8 @@ SLICE_POINTS = (3, 21)
 
 
 def start_run(config: RunConfig, store: RunStore, name: str = "",
-              on_tab_close: str = "finish", caller: Caller = LOCAL) -> int:
+              on_tab_close: str = "finish", caller: Caller = LOCAL,
+              steps_per_second: float | None = None) -> int:
     """Create the run in the store and start it as soon as the pool has a free place.
 
     The run is stored `queued`, owned by `caller` (no owner for `LOCAL`); `dispatch` then
@@ -66,14 +67,26 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
         on_tab_close: `finish` or `stop` (see `tab_close_policy`); the worker only acts on
             it when a page touches the run's `viewer_heartbeat`.
         caller: the session starting the run (it becomes the run's owner).
+        steps_per_second: the pace the run starts at (a `set_speed` queued with it, taken at
+            its first command poll, before its first steps are done); None = full speed.
 
     Returns:
         The run id.
 
     Raises:
-        ValueError: `on_tab_close`, the pool size or the memory budget setting is invalid, or
-            the run's estimated memory (MB) alone exceeds the budget.
+        ValueError: `on_tab_close`, the pool size or the memory budget setting is invalid, the
+            run's estimated memory (MB) alone exceeds the budget, or `steps_per_second` is
+            outside [`commands.MIN_SPEED`, `commands.MAX_SPEED`] (nothing is stored then).
     """
+    from runs import commands
+
+    speed = {"steps_per_second": None if steps_per_second is None else float(steps_per_second)}
+    try:
+        commands.SetSpeed.model_validate(speed)
+    except Exception as error:  # pydantic.ValidationError: the range, named
+        raise ValueError(f"steps_per_second={steps_per_second!r} refused: must be in "
+                         f"[{commands.MIN_SPEED:g}, {commands.MAX_SPEED:g}] steps per second, "
+                         "or None for full speed") from error
     reap()
     if on_tab_close not in TAB_CLOSE_POLICIES:
         raise ValueError(f"on_tab_close={on_tab_close!r} refused: must be one of "
@@ -88,6 +101,8 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
     run_id = store.create_run(config.to_json_dict(), name=name, status="queued",
                               owner=None if caller.local else caller.owner)
     store.update_run(run_id, on_tab_close=on_tab_close)
+    if steps_per_second is not None:  # pending before the process exists: its first poll
+        store.send_command_once(run_id, "set_speed", speed)
     dispatch(store, size)
     if not caller.local:
         keep_warm(store)

@@ -143,6 +143,7 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         run.evaluate(0)
         run.flush()
         run.save_optimizer()
+        run.poll()  # commands queued with the run (its starting pace) act before step 1
         _STOP_HOOK[0] = run
         try:
             status, message = run.loop(max_wall_s)

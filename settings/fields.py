@@ -237,9 +237,18 @@ def session_values(config: RunConfig) -> dict[str, Any]:
     return out
 
 
+def page_defaults() -> RunConfig:
+    """The Train page's initial setup: `RunConfig()` with each field's `page_default` from the
+    table where one is declared (`label_noise` 0.3: a default setup where optimizers keep
+    differing, README "Default setup"); the command line and config files keep `RunConfig()`."""
+    overrides = {field: extra(field)["page_default"] for field in names()
+                 if "page_default" in extra(field)}
+    return RunConfig(**overrides)
+
+
 def session_defaults() -> dict[str, Any]:
-    """`session_values(RunConfig())`: the Train page's initial setup, straight from the table."""
-    return session_values(RunConfig())
+    """`session_values(page_defaults())`: the Train page's initial setup, from the table."""
+    return session_values(page_defaults())
 
 
 def config_from_session(state: Mapping[str, Any]) -> RunConfig:

@@ -50,6 +50,10 @@ class RunConfig(BaseModel):
         decay: the legacy OptimizerV2 time-based decay, lr / (1 + decay * iterations), in
             [0, 1] (Keras takes any float >= 0; beyond 1 the rate halves within one step).
         dataset, model: see `DATASETS`, `MODELS`, `COMPATIBLE_MODELS`.
+        label_noise: fraction in [0, 0.9] of training labels replaced by another class
+            (`engine.data.noisy_labels`; validation labels stay clean). 0 here and on the
+            command line; the Train page opens with 0.3 (`page_default`: README, "Default
+            setup").
         batch_size: examples per step, 1..4096.
         steps: optimizer steps (`apply_gradients` calls), 1..1,000,000.
         seed: seeds the split, the initial weights and the batch order, 0..2**31-1.
@@ -106,12 +110,16 @@ class RunConfig(BaseModel):
         "help": "OptimizerV2's time-based decay: lr / (1 + decay * iterations)"})
     dataset: Dataset = Field(
         "digits", json_schema_extra={"help": "a bundled dataset (scikit-learn or synthetic)"})
+    label_noise: float = Field(0.0, ge=0.0, le=0.9, json_schema_extra={
+        "label": "label noise", "step": 0.05, "page_default": 0.3,
+        "help": "fraction of TRAINING labels replaced by another class (fixed examples; "
+                "validation stays clean): adaptive optimizers memorise it, plain SGD less"})
     model: Model = Field(
         "mlp", json_schema_extra={"help": "models this dataset can feed"})
     batch_size: int = Field(128, ge=1, le=4096, json_schema_extra={
         "label": "batch size", "step": 16, "help": "examples per step"})
     steps: int = Field(1000, ge=1, le=1_000_000, json_schema_extra={
-        "step": 100, "help": "optimizer steps (apply_gradients calls)"})
+        "step": 100, "page_default": 10_000, "help": "optimizer steps (apply_gradients calls)"})
     seed: int = Field(0, ge=0, le=2**31 - 1, json_schema_extra={
         "help": "seeds the split, the initial weights and the batch order"})
     device: str = Field("", max_length=64, pattern=DEVICE_PATTERN, description=DEVICE_ALLOWED,

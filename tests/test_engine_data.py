@@ -3,7 +3,10 @@
 import numpy as np
 import pytest
 
-from engine.data import DATASETS, load_dataset, token_labels
+import pydantic
+
+from engine.data import DATASETS, load_dataset, noisy_labels, token_labels
+from settings.run_config import RunConfig
 
 
 def test_digits_shapes_and_classes():
@@ -70,3 +73,36 @@ def test_unknown_dataset_refused():
     with pytest.raises(ValueError, match="dataset"):
         load_dataset("mnist")
     assert "tokens" in DATASETS
+
+
+# ----- label noise (engine.data.noisy_labels) ------------------------------------------------
+@pytest.mark.parametrize("fraction", [0.0, 0.1, 0.3, 0.9])
+def test_label_noise_flips_exactly_the_fraction_of_training_labels_to_another_class(fraction):
+    clean = load_dataset("digits")
+    noisy = load_dataset("digits", label_noise=fraction)
+    changed = np.flatnonzero(noisy.y_train != clean.y_train)
+    assert changed.size == round(fraction * clean.n_train)  # exactly, and each to ANOTHER class
+    np.testing.assert_array_equal(changed, noisy.noisy)
+    np.testing.assert_array_equal(noisy.y_val, clean.y_val)  # validation stays clean
+    np.testing.assert_array_equal(noisy.x_train, clean.x_train)
+    assert noisy.y_train.min() >= 0 and noisy.y_train.max() < clean.n_classes
+    assert noisy.label_noise == fraction
+
+
+def test_label_noise_is_the_same_in_every_run_and_spreads_over_the_other_classes():
+    a, _ = noisy_labels(np.zeros(9000, np.int32), 10, 0.5)
+    b, _ = noisy_labels(np.zeros(9000, np.int32), 10, 0.5)
+    np.testing.assert_array_equal(a, b)
+    counts = np.bincount(a, minlength=10)
+    assert counts[0] == 4500
+    # 4,500 wrong labels over 9 classes: 500 each expected; a binomial sd of ~21
+    assert np.all(np.abs(counts[1:] - 500) < 100), counts
+
+
+@pytest.mark.parametrize("bad", [-0.1, 0.95, True])
+def test_bad_label_noise_is_refused_naming_the_field(bad):
+    with pytest.raises(ValueError, match=r"label_noise=.* refused: must be a float in \[0, 0\.9\]"):
+        noisy_labels(np.zeros(10, np.int32), 2, bad)
+    if not isinstance(bad, bool):
+        with pytest.raises(pydantic.ValidationError, match="label_noise"):
+            RunConfig(label_noise=bad)

@@ -73,7 +73,7 @@ def test_every_field_everywhere(field):
     key = fields.session_key(field)
     assert any(k == key or k.startswith(key) for k in defaults), (field, key)
     assert fields.config_from_session(fields.session_values(config)) == config
-    assert fields.config_from_session(defaults) == DEFAULT
+    assert fields.config_from_session(defaults) == fields.page_defaults()
 
     # the share link: a key for the field, and the same config back
     params = to_query_params(config)
@@ -98,10 +98,14 @@ def test_train_defaults_are_the_table_defaults():
     defaults = fields.session_defaults()
     for field in RunConfig.model_fields:
         if fields.kind(field) == "int":
-            assert defaults[fields.session_key(field)] == fields.default(field)
+            assert defaults[fields.session_key(field)] == getattr(fields.page_defaults(), field)
             args = fields.number_input_args(field)
             assert (args["min_value"], args["max_value"]) == fields.bounds(field)
     assert defaults["dtype"] == "float32" and defaults["device"] == "auto"
+    # the one page-only default: the Train page opens with label noise, the CLI without
+    assert defaults["label_noise"] == 0.3 and fields.default("label_noise") == 0.0
+    assert defaults["steps"] == 10_000 and fields.default("steps") == 1000
+    assert fields.page_defaults() == RunConfig(label_noise=0.3, steps=10_000)
     assert fields.number_input_args("reverse_horizon")["max_value"] == 200
     assert fields.number_input_args("seed")["max_value"] == 2**31 - 1
 
@@ -174,4 +178,4 @@ def test_every_field_has_its_place_on_the_train_page(tmp_path, monkeypatch):
         if fields.kind(field) == "int":
             widget = widgets[key]
             assert (widget.min, widget.max) == fields.bounds(field), field
-            assert widget.value == fields.default(field)
+            assert widget.value == getattr(fields.page_defaults(), field)

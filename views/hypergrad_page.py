@@ -18,6 +18,7 @@ import streamlit as st
 from components.store_guard import guard_page
 from components import correctness_runner
 from components import figures
+from components import live_chart
 from components import lesson_panel
 from components import links
 from components import session_runs
@@ -123,8 +124,13 @@ def on_slice(run_id: int) -> None:
 
 
 # ----- sections -------------------------------------------------------------------------------
-def chart(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
+def chart(fig, key: str, live: bool = False) -> None:
+    """Patched in place while the run trains (`components.live_chart`: never blank between
+    refreshes), a plain plotly chart once it has ended."""
+    if live:
+        live_chart.live_chart(fig, key, height=int(fig.layout.height or 340))
+    else:
+        st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
 
 
 def autotune_controls(run: dict[str, Any]) -> None:
@@ -231,7 +237,7 @@ def live_body(run_id: int, was_active: bool) -> None:
     grads = store().hypergradients(run_id)
     symlog = st.session_state.get(f"hg_symlog_{run_id}", False)
     chart(hf.hypergradient_figure(grads, uirevision=run_id, symlog=symlog, labels=labels_of(run)),
-          f"hg_fig_{run_id}")
+          f"hg_fig_{run_id}", active)
     specs = run_specs(run)
     left, right = st.columns([3, 2])
     with left:
@@ -241,7 +247,7 @@ def live_body(run_id: int, was_active: bool) -> None:
         shown = changes[changes["name"].isin(followed)] if followed else changes
         log_names = tuple(n for n, s in specs.items() if s.log_scale)
         chart(figures.hyper_trace_figure(shown, run["step"], uirevision=run_id,
-                                         log_names=log_names), f"hg_trace_{run_id}")
+                                         log_names=log_names), f"hg_trace_{run_id}", active)
     with right:
         slices = store().response_slices(run_id)
         rows = hf.latest_slice(slices)
@@ -261,7 +267,7 @@ def live_body(run_id: int, was_active: bool) -> None:
         chart(hf.response_slice_figure(rows, uirevision=f"{run_id}-slice",
                                        log_x=bool(spec and spec.log_scale), horizon=horizon,
                                        label=labels_of(run).get(name)),
-              f"hg_slice_{run_id}")
+              f"hg_slice_{run_id}", active)
         refused = commands[commands["kind"].isin(["autotune", "response_slice"])
                            & (commands["status"] == "refused")]
         for _, row in refused.tail(2).iterrows():

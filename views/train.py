@@ -39,6 +39,7 @@ def init_state() -> None:
         "start_errors": [],  # messages of a refused Start
         "live_messages": [],  # (level, text) of the last live hyperparameter change
         "control_messages": [],  # (level, text) of the last Pause/Resume/Step/Stop/speed
+        "start_speed": run_controls.START_SPEED,  # the pace a run starts at (steps/s)
         # the Setup: one key per RunConfig field, generated from the settings table
         **fields.session_defaults(),
     }
@@ -157,7 +158,8 @@ def on_start() -> None:
         return
     try:
         run_id = control.start_run(config, store(), on_tab_close=control.tab_close_policy(),
-                                   caller=session_runs.caller())
+                                   caller=session_runs.caller(),
+                                   steps_per_second=state["start_speed"])
     except Exception as error:  # the engine refused: show why, keep the page alive
         state["start_errors"] = [f"the run could not start: {error}"]
         return
@@ -349,6 +351,7 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
         if state["model"] not in models:
             state["model"] = "mlp" if "mlp" in models else models[0]
         st.selectbox("model", models, key="model", help=fields.help_text("model"))
+        st.number_input(**fields.number_input_args("label_noise"))
         st.checkbox("continuous (no step limit)", key="continuous",
                     on_change=setup_state.on_continuous,
                     help=f"steps = {run_controls.continuous_steps():,} (the most allowed); set "
@@ -358,6 +361,11 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
             args = fields.number_input_args(field)
             (left, right)[index % 2].number_input(
                 **args, disabled=field == "steps" and state["continuous"])
+        st.select_slider("speed at start", run_controls.SPEEDS, key="start_speed",
+                         format_func=run_controls.speed_label,
+                         help="the pace a run starts at; change it while it trains with the "
+                              "speed control beside Pause/Stop (full speed: as fast as the "
+                              "machine trains)")
         st.selectbox("dtype", fields.choices("dtype"), key=fields.session_key("dtype"),
                      help=fields.help_text("dtype"))
         st.selectbox(fields.label("compiler"), fields.choices("compiler"),
