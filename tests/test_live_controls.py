@@ -73,6 +73,31 @@ def test_control_set_speed_names_the_range_and_dedupes(home):
     assert control.speed(store, run_id) is None  # the last one not refused
 
 
+def test_a_run_starts_at_the_pace_it_was_started_with(home, monkeypatch):
+    monkeypatch.setattr(control, "dispatch", lambda *args, **kwargs: None)  # no process
+    store = RunStore()
+    with pytest.raises(ValueError, match=r"steps_per_second=2000 refused: must be in "
+                                         r"\[0.1, 1000\]"):
+        control.start_run(RunConfig(steps=50), store, steps_per_second=2000)
+    assert store.runs().empty  # refused before anything was stored
+    run_id = control.start_run(RunConfig(steps=50), store, steps_per_second=50.0)
+    assert store.run(run_id)["status"] == "queued"
+    assert pending(store, run_id, "set_speed") == 1  # taken at the process's first poll
+    assert control.speed(store, run_id) == 50.0
+    plain = control.start_run(RunConfig(steps=50), store)
+    assert pending(store, plain, "set_speed") == 0 and control.speed(store, plain) is None
+
+
+def test_the_train_page_starts_at_the_chosen_speed(app, monkeypatch):
+    monkeypatch.setattr(control, "dispatch", lambda *args, **kwargs: None)
+    assert app.select_slider(key="start_speed").value == 50.0  # the default pace
+    app.select_slider(key="start_speed").set_value(5.0)
+    app.button(key="start").click().run()
+    assert not app.exception, app.exception
+    run_id = int(RunStore().runs()["id"].iloc[0])
+    assert control.speed(RunStore(), run_id) == 5.0
+
+
 def test_pause_and_stop_twice_queue_one_command_each(home):
     store = RunStore()
     run_id = fake_live_run(store)
