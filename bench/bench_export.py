@@ -109,11 +109,20 @@ def main() -> None:
     protos = timed(lambda: export.write_tensorboard(home / "tb-proto", {}, scalars, changes,
                                                     stats, hists), args.repeats)
     ops = timed(lambda: tf_ops_writer(home / "tb-ops", scalars, stats), 1)
+    from runs.bundle_import import read_run_bundle
+
+    data = (home / "out" / f"run-{run_id}.zip").read_bytes()
+    bundle = read_run_bundle(data)
+    read = timed(lambda: read_run_bundle(data), args.repeats)
+    stored = timed(lambda: store.import_run(bundle.config.to_json_dict(), bundle.tables),
+                   args.repeats)
     print(f"{args.steps:,}-step run, median of {args.repeats}:")
     print(f"  export with TensorBoard events    {full:7.2f} s   (target <= 5 s)")
     print(f"  export without TensorBoard        {bare:7.2f} s")
     print(f"  TensorBoard: protos as TFRecords (every tag) {protos:7.2f} s vs per-row "
           f"tf.summary ops (scalars + slots only) {ops:7.2f} s: x{ops / protos:.1f} faster")
+    print(f"  import with its records ({len(data) / 2**20:.2f} MiB zip, {bundle.rows:,} rows): "
+          f"read + checked {read:7.2f} s, stored {stored:7.2f} s, total {read + stored:7.2f} s")
 
 
 if __name__ == "__main__":

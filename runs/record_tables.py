@@ -32,6 +32,9 @@ class RecordTables:
     def _connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         raise NotImplementedError  # provided by RunStore
 
+    def immediate(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # provided by RunStore
+
     # ----- records (written by the run process) -----------------------------------------------
     def append(
         self,
@@ -73,6 +76,55 @@ class RecordTables:
                 con.execute(
                     "UPDATE runs SET heartbeat = ?, step = ? WHERE id = ?", (now, step, run_id)
                 )
+
+    def import_run(self, config: dict[str, Any], tables: dict[str, list[Sequence[Any]]],
+                   name: str = "", owner: str | None = None, message: str = "",
+                   details: dict[str, Any] | None = None) -> int:
+        """Store a run read from an exported zip and all its records in ONE transaction.
+
+        Args:
+            config: the validated `RunConfig` dict (`RunConfig.to_json_dict()`).
+            tables: record table -> rows in the field order of `record_rows.ROW_TYPES`
+                (checked by `runs.bundle_import.read_run_bundle`).
+            name: the run's name (at most `MAX_NAME` characters).
+            owner: the importing session's owner id (None: no session, e.g. the CLI).
+            message: shown with the run (where it came from).
+            details: `device`, `versions`, `optimizer_config` of the exported run.
+
+        Returns:
+            The new run's id; its status is `imported` (final: never steered) and its `step`
+            the largest recorded step.
+
+        Raises:
+            TypeError: a row with the wrong number of fields (names the table).
+            ValueError: a name that is too long.
+            runs.store.StoreUnavailable: the store cannot be written.
+            Any error inside the transaction rolls it back: the store is unchanged.
+        """
+        from runs.store import IMPORTED, _checked_name
+
+        name = _checked_name(name)
+        details = details or {}
+        now = time.time()
+        step = max((int(row[fields.index("step")]) for table, rows in tables.items()
+                    for fields in [record_rows.ROW_TYPES[table]._fields] for row in rows),
+                   default=0)
+        with self.immediate() as con:
+            cur = con.execute(
+                "INSERT INTO runs (name, created, updated, status, message, optimizer, dataset,"
+                " model, seed, device, total_steps, step, config, optimizer_config, versions,"
+                " owner, heartbeat) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (name, now, now, IMPORTED, message[:2000], config["optimizer"],
+                 config["dataset"], config["model"], int(config["seed"]),
+                 str(details.get("device", ""))[:64], int(config["steps"]), step,
+                 json.dumps(config), json.dumps(details.get("optimizer_config") or {}),
+                 json.dumps(details.get("versions") or {}), owner, now))
+            run_id = int(cur.lastrowid)
+            for table, rows in tables.items():
+                values = record_rows.stored_params(table, run_id, rows, now)
+                if values:
+                    con.executemany(record_rows.insert_sql(table), values)
+        return run_id
 
     # ----- reads (pages) --------------------------------------------------------------------
     def _frame(self, sql: str, params: Sequence[Any]) -> pd.DataFrame:

@@ -56,7 +56,10 @@ from runs.store_files import (StoreUnavailable, _unavailable, data_dir,  # noqa:
 QUEUED = "queued"
 ACTIVE_STATUSES = ("starting", "running", "paused")
 LIVE_STATUSES = (QUEUED,) + ACTIVE_STATUSES
-FINAL_STATUSES = ("finished", "stopped", "failed", "diverged", "interrupted")
+# `imported`: a run read back from an exported zip with its records (`import_run`); nothing
+# trains it, so it is final from the start and no command ever reaches it.
+IMPORTED = "imported"
+FINAL_STATUSES = ("finished", "stopped", "failed", "diverged", "interrupted", IMPORTED)
 COMMAND_KINDS = ("set_hyper", "pause", "resume", "stop", "autotune", "response_slice", "step",
                  "set_speed")
 # A run process writes a heartbeat at least this often (seconds); a silent active run whose pid

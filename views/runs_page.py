@@ -142,6 +142,37 @@ def on_import_start() -> None:
                                           "follow it live on the Train page")]
 
 
+def on_import_run() -> None:
+    """Store the uploaded exported run WITH its records (`runs.bundle_import`): a final run
+    (`imported`) whose curves the Runs and Train pages draw like any run's."""
+    from runs.bundle_import import read_run_bundle
+
+    state = st.session_state
+    upload = state.get("import_file")
+    if upload is None:
+        return
+    try:
+        bundle = read_run_bundle(upload.getvalue())
+    except ConfigImportError as error:
+        state["runs_messages"] = [("error", f"{upload.name}: {error}")]
+        return
+    document = bundle.document
+    caller = session_runs.caller()
+    run_id = store().import_run(
+        bundle.config.to_json_dict(), bundle.tables,
+        name=state.get("import_name", "") or str(document.get("name") or "imported"),
+        owner=None if caller.local else caller.owner,
+        message=(f"imported from {upload.name[:120]}: exported run #{document.get('run_id')} "
+                 f"({document.get('status', '?')}), {bundle.rows:,} records"),
+        details={"device": document.get("device", ""),
+                 "versions": document.get("versions") or {},
+                 "optimizer_config": (document.get("optimizer") or {}).get("config") or {}})
+    state["compare_ids"] = [*state["compare_ids"], run_id]
+    state["runs_messages"] = [("success", f"run #{run_id} imported with its {bundle.rows:,} "
+                                          "records: its curves are in Compare (and on the "
+                                          "Train page, view only)")]
+
+
 def on_teacher_secret() -> None:
     ok = session_runs.set_teacher_secret(st.session_state.get("teacher_secret_input", ""))
     st.session_state["runs_messages"] = [
@@ -320,8 +351,18 @@ def import_section() -> None:
     st.json(state["import_config"], expanded=False)
     st.text_input("run name", key="import_name", max_chars=120,
                   value=upload.name.removesuffix(".json").removesuffix(".zip")[:120])
-    st.button("Start a run with this config", key="import_start", type="primary",
-              on_click=on_import_start)
+    if upload.name.lower().endswith(".zip"):  # an exported run: its records can come too
+        left, right = st.columns(2)
+        left.button("Import this run with its curves", key="import_run", type="primary",
+                    on_click=on_import_run,
+                    help="the run as it was exported: every recorded table (losses, "
+                         "slots, histograms, hyperparameter changes, hyper-gradients); "
+                         "nothing trains it")
+        right.button("Re-run this config", key="import_start", on_click=on_import_start,
+                     help="a new run trained from the same config")
+    else:
+        st.button("Start a run with this config", key="import_start", type="primary",
+                  on_click=on_import_start)
 
 
 def chart(fig, key: str) -> None:
@@ -347,7 +388,7 @@ def main() -> None:
         comparison(table)
         st.subheader("Manage and export")
         manage(table)
-    st.subheader("Import a config")
+    st.subheader("Import a config or an exported run")
     import_section()
     teacher_section()
 
