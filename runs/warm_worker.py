@@ -44,12 +44,12 @@ def warm_up() -> None:
     """Import TensorFlow and everything a run imports, configure the devices, and build and
     evaluate one throwaway engine on a tiny problem (moons, logistic): the first model build and
     the first trace in a process cost ~2 s more than later ones (measured 3.3 s vs 1.4 s on the
-    loaded 2-core machine). The per-model XLA compile of the first train step cannot be done
-    ahead (it depends on the run's model), so no step is trained.
+    loaded 2-core machine). Then prepare the Train page's default engine (`prepare_default`).
 
     The run's numbers do not depend on this: `engine.train_step.Engine` seeds everything from
-    the run seed and every initialiser has an explicit seed (`engine.models`), and
-    `tf_keras.backend.clear_session()` resets the layer-name counters afterwards."""
+    the run seed and every initialiser has an explicit seed (`engine.models`),
+    `tf_keras.backend.clear_session()` resets the layer-name counters afterwards, and a
+    prepared engine is restored bit for bit before a run adopts it."""
     import tensorflow as tf
     import tf_keras
 
@@ -62,6 +62,23 @@ def warm_up() -> None:
     tf.constant(1.0).numpy()
     Engine(RunConfig(dataset="moons", model="logistic", steps=1), "/device:CPU:0").evaluate()
     tf_keras.backend.clear_session()
+    prepare_default()
+
+
+def prepare_default() -> None:
+    """Build, trace and rehearse the engine of the Train page's default Setup
+    (`settings.fields.page_defaults()`) on the device a run would get, restored to its fresh
+    state (`engine.prepared`): a run of that config adopts it and its first step comes without
+    building or tracing anything. A failure here only costs the head start."""
+    from engine import prepared
+    from engine.devices import choose_device
+    from settings import fields
+
+    try:
+        config = fields.page_defaults()
+        prepared.keep(prepared.PreparedEngine(config, choose_device(config.device)))
+    except Exception as error:  # noqa: BLE001 - the run builds its engine itself then
+        print(f"no prepared engine: {type(error).__name__}: {error}", file=sys.stderr)
 
 
 def _wait_for_run(path: Path, worker_id: int, parent_pid: int) -> int | None:

@@ -111,8 +111,8 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         StoreUnavailable: the store became unwritable; logged in one line first, and the
             `failed` status with that reason retried for up to `STORE_RETRY_S` seconds.
     """
+    from engine import prepared
     from engine.devices import choose_device, configure_gpus
-    from engine.train_step import Engine
 
     run: _Run | None = None
     heartbeat = _Heartbeat(store, run_id)
@@ -122,7 +122,7 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         config = RunConfig(**stored)
         configure_gpus()
         device = choose_device(config.device)
-        engine = Engine(config, device)
+        engine = prepared.take(config, device)  # a warm worker's prepared engine, or a new one
         hyper = None
         if config.hypergradients:
             from hypergrad.stepper import HyperStepper
