@@ -10,7 +10,8 @@ the warm pool has its spare `ready` and no other run is active, so neither kind 
 cores with a TensorFlow import of ours (other load on the machine is shared by both: the rounds
 alternate). Cold = `OPTIMIZER_LAB_WARM_WORKERS=off` (a `python -m runs.worker` per run); warm =
 a ready warm worker (`runs.warm_pool`); each kind with every `RunConfig.compiler` asked for
-(`xla` was every run's compiler before issue 13). Prints per-case median/min/max of Start -> first step
+(`xla` was every run's compiler before issue 13), and a warm run of the Train page's default
+Setup (`default`: the spare's prepared engine serves it, `engine.prepared`). Prints per-case median/min/max of Start -> first step
 and of Start -> taken (`runs.taken_at - runs.created`), the ratio cold/warm of the medians, the
 resident size of an idle warm worker (VmRSS, MB), and the machine's load average.
 """
@@ -74,8 +75,12 @@ def main() -> None:
     parser.add_argument("--kinds", default="cold,warm")
     args = parser.parse_args()
     os.environ[control.POOL_SIZE_ENV] = "1"
+    from settings import fields
+
     cases = [(kind, compiler) for compiler in args.compilers.split(",")
              for kind in args.kinds.split(",")]
+    if "warm" in args.kinds.split(","):  # the Train page's default Setup: a prepared engine
+        cases.append(("warm", "default"))
     results: dict[tuple[str, str], list[tuple[float, float]]] = {c: [] for c in cases}
     sizes: list[float] = []
     # a run process that just ended may still close its log: never fail on the clean-up
@@ -89,8 +94,12 @@ def main() -> None:
                     size = quiet(store, pool)
                     if size is not None:
                         sizes.append(size)
-                    config = RunConfig(dataset="digits", model=args.model, steps=30,
-                                       eval_every=10, compiler=compiler)
+                    if compiler == "default":  # adopts the spare's prepared engine
+                        config = fields.page_defaults().model_copy(
+                            update={"steps": 30, "eval_every": 10})
+                    else:
+                        config = RunConfig(dataset="digits", model=args.model, steps=30,
+                                           eval_every=10, compiler=compiler)
                     first, taken, worker = measure(store, config, kind == "warm")
                     if worker != kind:
                         raise RuntimeError(f"a {kind} round ran on a {worker} worker")

@@ -48,7 +48,9 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
     set_number(page, "learning_rate", "1.00e-3")
     set_number(page, "steps", "100000")
     assert page.get_by_role("spinbutton", name="steps", exact=True).input_value() == "100000"
-    assert page.get_by_role("button", name="Start").is_enabled()
+    # the hyperparameter block reruns alone, then the page once more for Start's state
+    page.wait_for_function("() => [...document.querySelectorAll('button')]"
+                           ".some(b => b.innerText.trim() == 'Start' && !b.disabled)")
     page.get_by_role("button", name="Start").click()
     # the status line shows the run training (100,000 steps as set) and its step advancing
     status = page.get_by_text(re.compile(r"status running · step [1-9]\d*/100000"))

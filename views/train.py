@@ -361,7 +361,7 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
             args = fields.number_input_args(field)
             (left, right)[index % 2].number_input(
                 **args, disabled=field == "steps" and state["continuous"])
-        st.select_slider("speed at start", run_controls.SPEEDS, key="start_speed",
+        st.select_slider("pace of a new run", run_controls.SPEEDS, key="start_speed",
                          format_func=run_controls.speed_label,
                          help="the pace a run starts at; change it while it trains with the "
                               "speed control beside Pause/Stop (full speed: as fast as the "
