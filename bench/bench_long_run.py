@@ -21,11 +21,14 @@ Every `--every` seconds one sample:
   or the browser cannot keep up). Measured back to back by the main thread; the processes and
   the store are sampled by a thread, so a slow page never delays a sample;
 * `load s` (every `--load-every` seconds): a fresh tab: open the Train page, pick the run in
-  the selector, until its status line shows.
+  the selector, until its status line shows;
+* `tab JS heap` / `tab DOM nodes` (every `--every` seconds, by the main thread): the watching
+  tab's own JavaScript heap in use and its DOM node count (Chrome DevTools Protocol
+  `Performance.getMetrics`), apart from the browser's other processes.
 
 The summary compares the first and the last 10 % of the run (by step): peak and median RSS
-and their ratio (1.0 = flat), the store's bytes per step, steps/s, and the percentiles of the
-page's refresh and load times.
+and their ratio (1.0 = flat), the store's bytes per step, steps/s, the percentiles (p50, p90,
+p95, p99) of the page's refresh and load times, and the watching tab's heap and DOM nodes.
 """
 
 from __future__ import annotations
@@ -208,6 +211,33 @@ def refresh_time(page, timeout_ms: float = 120_000) -> float | None:
         return None
 
 
+def tab_metrics(cdp) -> tuple[float, float] | None:
+    """(JS heap used MiB, DOM nodes) of the watching tab, from the Chrome DevTools Protocol
+    (`Performance.getMetrics`): the tab's own memory, apart from the browser's other
+    processes and the fresh-load tabs that the PSS sum also counts."""
+    try:
+        metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+        return metrics["JSHeapUsedSize"] / MiB, metrics["Nodes"]
+    except Exception as error:  # noqa: BLE001 - reported as a missing value
+        print(f"  (tab metrics failed: {type(error).__name__}: {str(error)[:200]})", flush=True)
+        return None
+
+
+def tab_summary(tab: list[tuple[int, float, float]], steps: int) -> None:
+    """First vs last 10 % (by step) of the watching tab's JS heap and DOM node count."""
+    first = [r for r in tab if 0 < r[0] <= 0.1 * steps]
+    last = [r for r in tab if r[0] >= 0.9 * steps]
+    for label, index, unit in (("tab JS heap used", 1, " MiB"), ("tab DOM nodes", 2, "")):
+        a, b = [r[index] for r in first], [r[index] for r in last]
+        if a and b:
+            print(f"  {label:<23}: peak {max(a):7.1f} -> {max(b):7.1f}{unit} "
+                  f"(x{max(b) / max(a):.3f}), median {statistics.median(a):7.1f} -> "
+                  f"{statistics.median(b):7.1f}{unit} "
+                  f"(x{statistics.median(b) / statistics.median(a):.3f})")
+        else:
+            print(f"  {label:<23}: not enough samples")
+
+
 def load_time(context, url: str, run_id: int) -> float | None:
     page = context.new_page()
     try:
@@ -288,7 +318,8 @@ def summary(samples: list[Sample], page: list[tuple[float, int, float]],
         values = [v for _, _, v in rows]
         if values:
             print(f"  {label:<23}: p50 {pct(values, 50):6.2f}  p90 {pct(values, 90):6.2f}  "
-                  f"p99 {pct(values, 99):6.2f}  max {max(values):6.2f}  (n={len(values)})")
+                  f"p95 {pct(values, 95):6.2f}  p99 {pct(values, 99):6.2f}  "
+                  f"max {max(values):6.2f}  (n={len(values)})")
         else:
             print(f"  {label:<23}: no measurement")
 
@@ -311,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     config = RunConfig(dataset="moons", model="mlp", steps=args.steps, eval_every=100)
     page_times: list[tuple[float, int, float]] = []  # (t, step, refresh seconds)
     load_times: list[tuple[float, int, float]] = []  # (t, step, load seconds)
+    tab_samples: list[tuple[int, float, float]] = []  # (step, JS heap MiB, DOM nodes)
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(args.keep or tmp)
         home.mkdir(parents=True, exist_ok=True)
@@ -337,13 +369,20 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 page = context.new_page()
                 page.set_default_timeout(120_000)
+                cdp = context.new_cdp_session(page)
+                cdp.send("Performance.enable")
                 open_run(page, url, run_id)  # while the worker imports TensorFlow
-                last_load = last_print = time.monotonic()
+                last_load = last_print = last_tab = time.monotonic()
                 while worker.poll() is None:
                     refresh = refresh_time(page)
                     now = time.monotonic()
                     if refresh is not None:
                         page_times.append((now - start, page_step(page) or 0, refresh))
+                    if now - last_tab >= args.every:
+                        last_tab = now
+                        metrics = tab_metrics(cdp)
+                        if metrics is not None:
+                            tab_samples.append((store.run(run_id)["step"], *metrics))
                     if args.load_every and now - last_load >= args.load_every:
                         last_load = now
                         step = store.run(run_id)["step"]
@@ -376,6 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         steps = run["step"] or args.steps
         summary(samples, page_times, load_times, steps, run["updated"] - began, size,
                 f"{run['status']} ({run['message']}), worker exit code {worker.returncode}")
+        tab_summary(tab_samples, steps)
     return 0 if run["status"] == "finished" else 1
 
 

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from runs import control, worker_table  # noqa: E402
-from runs.processes import rss_mb  # noqa: E402
+from runs.processes import rss_mb, same_process_alive  # noqa: E402
 from runs.store import FINAL_STATUSES, RunStore  # noqa: E402
 from settings.run_config import RunConfig  # noqa: E402
 
@@ -55,10 +55,17 @@ def measure(store: RunStore, config: RunConfig, warm: bool) -> tuple[float, floa
 
 
 def quiet(store: RunStore, pool) -> float | None:
-    """Wait until no run is active and the spare is ready; returns its VmRSS in MB."""
+    """Wait until no run is active, every run process has exited and the spare is ready;
+    returns its VmRSS in MB. (A run process that has just ended still dispatches the queue
+    as it exits, with ITS environment: a round started before it is gone could be given a
+    cold process by it.)"""
     os.environ[control.WARM_ENV] = "on"
     while store.active_count():
         time.sleep(0.05)
+    for run_id in store.runs()["id"]:
+        run = store.run(int(run_id))
+        while same_process_alive(run.get("pid"), run.get("pid_start")):
+            time.sleep(0.05)
     pool.wait_ready(1, timeout_s=600)
     while any(s["state"] == "warming" for s in worker_table.spares(store)):
         time.sleep(0.05)

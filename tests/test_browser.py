@@ -38,7 +38,7 @@ def alert(page, pattern: str):
 def test_train_flow_with_live_learning_rate_change(browser_page):
     url, page = browser_page
     page.goto(f"{url}/train")
-    page.get_by_role("button", name="Start").wait_for()
+    page.get_by_role("button", name="Start", exact=True).wait_for()
     # bad input before the start: named with its range, Start refused until it is fixed
     set_number(page, "learning_rate", "20")
     alert(page, r"learning_rate.*\(0, 10\]").wait_for()
@@ -51,9 +51,9 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
     # the hyperparameter block reruns alone, then the page once more for Start's state
     page.wait_for_function("() => [...document.querySelectorAll('button')]"
                            ".some(b => b.innerText.trim() == 'Start' && !b.disabled)")
-    page.get_by_role("button", name="Start").click()
+    page.get_by_role("button", name="Start", exact=True).click()
     # the status line shows the run training (100,000 steps as set) and its step advancing
-    status = page.get_by_text(re.compile(r"status running · step [1-9]\d*/100000"))
+    status = page.get_by_text(re.compile(r"status running · step [1-9]\d*/100000")).first
     status.wait_for(timeout=120_000)
     loss_chart = page.locator(".js-plotly-plot").first
     loss_chart.wait_for()
@@ -78,17 +78,17 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
     # a refused live value: named with its range, the run goes on with the old value
     set_number(page, "learning_rate", "-1", settle=False)
     alert(page, r"learning_rate.*\(0, 10\]").wait_for()
-    page.get_by_text(re.compile(r"status running · step [1-9]\d*")).wait_for()
+    page.get_by_text(re.compile(r"status running · step [1-9]\d*")).first.wait_for()
     table = page.locator("table").filter(has_text="learning_rate")
     assert "-1" not in table.first.inner_text()
     no_exception(page, "train-refused-live-value")
 
-    page.get_by_role("button", name="Pause").click()
-    page.get_by_text(re.compile(r"status paused")).wait_for(timeout=60_000)
-    page.get_by_role("button", name="Resume").click()
-    page.get_by_text(re.compile(r"status running")).wait_for(timeout=60_000)
-    page.get_by_role("button", name="Stop").click()
-    page.get_by_text(re.compile(r"status stopped")).wait_for(timeout=60_000)
+    page.get_by_role("button", name="Pause", exact=True).click()
+    page.get_by_text(re.compile(r"status paused")).first.wait_for(timeout=60_000)
+    page.get_by_role("button", name="Resume", exact=True).click()
+    page.get_by_text(re.compile(r"status running")).first.wait_for(timeout=60_000)
+    page.get_by_role("button", name="Stop", exact=True).click()
+    page.get_by_text(re.compile(r"status stopped")).first.wait_for(timeout=60_000)
     no_exception(page, "train-stopped")
 
 

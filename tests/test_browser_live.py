@@ -1,5 +1,6 @@
 """Headless Chromium against `streamlit run app.py`: the Setup survives leaving the Train page
-and coming back (the URL follows it), and Step advances a paused run by exactly one step."""
+and coming back (the URL follows it), Step advances a paused run by exactly one step, and a
+continuous run trains until Stop, one command per click."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from _browser import ARGS, CHROMIUM, idle, no_exception, playwright_api, set_number
 from _streamlit_server import streamlit_server
+from runs.store import RunStore
 
 pytestmark = pytest.mark.browser
 
@@ -20,14 +22,14 @@ def test_setup_survives_navigation_and_step_advances_one_step(tmp_path):
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.set_default_timeout(120_000)
         page.goto(f"{url}/train")
-        page.get_by_role("button", name="Start").wait_for()
+        page.get_by_role("button", name="Start", exact=True).wait_for()
         set_number(page, "learning_rate", "5.00e-3")
         set_number(page, "steps", "2500")
         page.get_by_test_id("stSidebarNavItems").get_by_role("link", name="Runs", exact=True).click()
         page.wait_for_url(re.compile(r"/runs"))
         idle(page)
         page.get_by_test_id("stSidebarNavItems").get_by_role("link", name="Train", exact=True).click()
-        page.get_by_role("button", name="Start").wait_for()
+        page.get_by_role("button", name="Start", exact=True).wait_for()
         idle(page)
         assert page.get_by_role("spinbutton", name="learning_rate", exact=True) \
             .input_value() == "5.00e-3"
@@ -36,9 +38,9 @@ def test_setup_survives_navigation_and_step_advances_one_step(tmp_path):
         no_exception(page, "train-setup-after-navigation")
 
         set_number(page, "steps", "100000")
-        page.get_by_role("button", name="Start").click()
-        page.get_by_text(re.compile(r"status running · step [1-9]\d*/100000")).wait_for()
-        page.get_by_role("button", name="Pause").click()
+        page.get_by_role("button", name="Start", exact=True).click()
+        page.get_by_text(re.compile(r"status running · step [1-9]\d*/100000")).first.wait_for()
+        page.get_by_role("button", name="Pause", exact=True).click()
         status = page.get_by_text(re.compile(r"status paused · step \d+/100000"))
         status.wait_for()
         before = int(re.search(r"step (\d+)/", status.inner_text()).group(1))
@@ -47,6 +49,51 @@ def test_setup_survives_navigation_and_step_advances_one_step(tmp_path):
         page.wait_for_timeout(2000)  # still one step later: nothing more trained
         assert page.get_by_text(f"step {before + 1}/100000", exact=False).count() >= 1
         no_exception(page, "train-after-step")
-        page.get_by_role("button", name="Stop").click()
-        page.get_by_text(re.compile(r"status stopped")).wait_for()
+        page.get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_text(re.compile(r"status stopped")).first.wait_for()
+        browser.close()
+
+
+def status_step(page) -> int:
+    """The step number of the status line (`status <s> · step N/total`)."""
+    line = page.get_by_text(re.compile(r"status \w+ · step \d+/")).first.inner_text()
+    return int(re.search(r"step (\d+)/", line).group(1))
+
+
+def test_continuous_run_trains_until_stop_one_command_per_click(tmp_path):
+    api = playwright_api()
+    store = RunStore(tmp_path / "runs.sqlite")
+    with streamlit_server(tmp_path) as url, api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.set_default_timeout(120_000)
+        page.goto(f"{url}/train?optimizer=adam&dataset=moons&model=mlp")
+        page.get_by_role("button", name="Start", exact=True).wait_for()
+        idle(page)
+        page.get_by_text("continuous (no step limit)", exact=True).click()
+        idle(page)
+        steps = page.get_by_role("spinbutton", name="steps", exact=True)
+        assert steps.input_value() == "1000000" and steps.is_disabled()
+        page.wait_for_function("() => [...document.querySelectorAll('button')]"
+                               ".some(b => b.innerText.trim() == 'Start' && !b.disabled)")
+        page.get_by_role("button", name="Start", exact=True).click()
+        page.get_by_text(re.compile(r"status running · step [1-9]\d*/1000000")).first.wait_for()
+        first = status_step(page)
+        page.wait_for_timeout(3000)
+        assert status_step(page) > first, "the continuous run does not advance"
+        no_exception(page, "train-continuous-running")
+
+        run_id = int(store.runs()["id"].max())
+        page.get_by_role("button", name="Pause", exact=True).click()
+        page.get_by_text(re.compile(r"status paused")).first.wait_for()
+        page.get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_text(re.compile(r"status stopped")).first.wait_for()
+        page.wait_for_timeout(1500)  # a duplicate command would have been sent by now
+        kinds = list(store.commands(run_id)["kind"])
+        assert kinds.count("pause") == 1 and kinds.count("stop") == 1, kinds
+        run = store.run(run_id)
+        assert run["status"] == "stopped" and 0 < run["step"] < 1_000_000
+        assert page.locator('[data-testid="stAlert"]').filter(
+            has_text=re.compile("refused")).count() == 0  # Stop on a stopping run: no error
+        no_exception(page, "train-continuous-stopped")
         browser.close()

@@ -34,9 +34,9 @@ SAMPLE_JS = """(keep) => {
 
 def start_long_run(page, url: str) -> None:
     page.goto(f"{url}/train?optimizer=adam&dataset=moons&model=mlp&steps=1000000")
-    page.get_by_role("button", name="Start").wait_for()
+    page.get_by_role("button", name="Start", exact=True).wait_for()
     page.wait_for_timeout(1000)
-    page.get_by_role("button", name="Start").click()
+    page.get_by_role("button", name="Start", exact=True).click()
     try:
         page.wait_for_function(
             "() => /status running · step [1-9]/.test(document.body.innerText)")
@@ -76,8 +76,8 @@ def test_live_charts_are_patched_in_place_and_a_change_shows_on_the_loss_curve(t
             timeout=60_000)
         assert page.evaluate(SAMPLE_JS, False)["same"]
         no_exception(page, "train-live-change-marker")
-        page.get_by_role("button", name="Stop").click()
-        page.get_by_text(re.compile(r"status stopped")).wait_for()
+        page.get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_text(re.compile(r"status stopped")).first.wait_for()
         browser.close()
 
 
@@ -117,9 +117,10 @@ def test_train_paints_before_the_plugin_check_and_lists_the_plugin_when_it_ends(
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.set_default_timeout(180_000)
         page.goto(f"{url}/train")
-        page.get_by_role("button", name="Start").wait_for()  # painted while the check waits
+        # painted while the check waits
+        page.get_by_role("button", name="Start", exact=True).wait_for()
         page.get_by_text("checking optimizer plugins", exact=False).wait_for()
-        assert page.get_by_role("button", name="Start").is_enabled()
+        assert page.get_by_role("button", name="Start", exact=True).is_enabled()
         no_exception(page, "train-while-plugins-check")
         release.write_text("go")
         page.get_by_text("checking optimizer plugins", exact=False).wait_for(state="detached")

@@ -29,7 +29,7 @@ def test_reload_regains_the_run_and_another_browser_cannot_steer_it(tmp_path):
             page = mine.new_page()
             page.set_default_timeout(90_000)
             page.goto(f"{url}/train")
-            page.get_by_role("button", name="Start").wait_for()
+            page.get_by_role("button", name="Start", exact=True).wait_for()
             idle(page)
             deadline = time.monotonic() + 30
             while not [c for c in mine.cookies() if c["name"] == COOKIE]:
@@ -41,13 +41,14 @@ def test_reload_regains_the_run_and_another_browser_cannot_steer_it(tmp_path):
                                       owner=Caller(token).owner)
             store.update_run(run_id, status="running", pid=os.getpid(), heartbeat=time.time())
             page.reload()  # a new Streamlit session in the same browser
-            page.get_by_role("button", name="Pause").wait_for()
-            assert page.get_by_role("button", name="Take control").count() == 0
+            page.get_by_role("button", name="Pause", exact=True).wait_for()
+            assert page.get_by_role("button", name="Take control", exact=True).count() == 0
             no_exception(page, "ownership-reloaded")
             deadline = time.monotonic() + 30
-            while store.commands(run_id).empty:  # the live fragment redraws every 0.5 s: a
-                assert time.monotonic() < deadline, "Pause never reached the run"  # click can
-                page.get_by_role("button", name="Pause").click()  # land on a replaced button
+            # the live fragment redraws every 0.5 s: a click can land on a replaced button
+            while store.commands(run_id).empty:
+                assert time.monotonic() < deadline, "Pause never reached the run"
+                page.get_by_role("button", name="Pause", exact=True).click()
                 idle(page)
                 page.wait_for_timeout(1000)
             assert set(store.commands(run_id)["kind"]) == {"pause"}
@@ -57,6 +58,6 @@ def test_reload_regains_the_run_and_another_browser_cannot_steer_it(tmp_path):
             other.goto(f"{url}/train")
             other.get_by_text("No run in this session yet").wait_for()
             no_exception(other, "ownership-other-browser")
-            assert other.get_by_role("button", name="Pause").count() == 0
+            assert other.get_by_role("button", name="Pause", exact=True).count() == 0
         finally:
             browser.close()

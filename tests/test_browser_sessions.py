@@ -53,11 +53,11 @@ def test_four_sessions_pool_queue_and_no_cross_talk(tmp_path):
             for number, page in enumerate(pages):
                 page.set_default_timeout(90_000)
                 page.goto(f"{url}/train")
-                page.get_by_role("button", name="Start").wait_for()
+                page.get_by_role("button", name="Start", exact=True).wait_for()
                 if number > 0:  # a new session does not open on somebody else's run
                     assert page.get_by_text("No run in this session yet").count() == 1
                 set_number(page, "steps", "100000")
-                page.get_by_role("button", name="Start").click()
+                page.get_by_role("button", name="Start", exact=True).click()
                 page.get_by_text(RUN_ID).first.wait_for()
                 ids.append(own_run(page)[0])
             assert len(set(ids)) == SESSIONS, ids
@@ -83,7 +83,7 @@ def test_four_sessions_pool_queue_and_no_cross_talk(tmp_path):
                 assert own_run(page)[0] == run_id  # each page still shows its own run
 
             # stopping run 2 hands its place to run 3 (the first queued)
-            pages[1].get_by_role("button", name="Stop").click()
+            pages[1].get_by_role("button", name="Stop", exact=True).click()
             wait_status(pages[1], ids[1], "stopped")
             wait_status(pages[2], ids[2], "running")
             pages[3].get_by_text(re.compile(

@@ -311,6 +311,8 @@ def hyperparameter_section(optimizer: str, options: dict[str, Any], specs) -> bo
         if drawn != ok:
             st.rerun(scope="app")  # Start's state changes with it
     return ok
+
+
 def hyper_prefix(optimizer: str, options: dict[str, Any]) -> str:
     """Key prefix of the hyperparameter widgets (`settings.fields.hyper_prefix`)."""
     return fields.hyper_prefix(optimizer, options)
