@@ -11,9 +11,10 @@ cores with a TensorFlow import of ours (other load on the machine is shared by b
 alternate). Cold = `OPTIMIZER_LAB_WARM_WORKERS=off` (a `python -m runs.worker` per run); warm =
 a ready warm worker (`runs.warm_pool`); each kind with every `RunConfig.compiler` asked for
 (`xla` was every run's compiler before issue 13), and a warm run of the Train page's default
-Setup (`default`: the spare's prepared engine serves it, `engine.prepared`). Prints per-case median/min/max of Start -> first step
-and of Start -> taken (`runs.taken_at - runs.created`), the ratio cold/warm of the medians, the
-resident size of an idle warm worker (VmRSS, MB), and the machine's load average.
+Setup (`default`: the spare's prepared engine serves it, `engine.prepared`). Prints per-case
+median/min/max of Start -> first step and of Start -> taken (`runs.taken_at - runs.created`),
+the ratio cold/warm of the medians, the resident size of an idle warm worker (VmRSS, MB), and
+the machine's load average.
 """
 
 from __future__ import annotations
