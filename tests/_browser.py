@@ -48,3 +48,20 @@ def idle(page, timeout_ms: int = 60_000) -> None:
     page.locator('[data-testid="stStatusWidgetRunningIcon"], '
                  '[data-testid="stStatusWidgetRunningManIcon"]').first.wait_for(
         state="detached", timeout=timeout_ms)
+
+
+def start_button_enabled(page, enabled: bool = True) -> None:
+    """Wait until the Start button is enabled (or disabled): after a Setup change the
+    hyperparameter fragment reruns first, then the page once more for Start's state."""
+    state = "!b.disabled" if enabled else "b.disabled"
+    page.wait_for_function("() => [...document.querySelectorAll('button')]"
+                           f".some(b => b.innerText.trim() == 'Start' && {state})")
+
+
+def open_browser(pw, timeout_ms: int = 120_000):
+    """(browser, page): Debian's Chromium launched headless and one 1500x1100 page whose
+    default timeout is `timeout_ms`."""
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.set_default_timeout(timeout_ms)
+    return browser, page

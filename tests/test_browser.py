@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from _browser import ARGS, CHROMIUM, no_exception, playwright_api, set_number
+from _browser import (ARGS, CHROMIUM, no_exception, playwright_api, set_number,
+                      start_button_enabled)
 from _streamlit_server import streamlit_server
 
 pytestmark = pytest.mark.browser
@@ -42,15 +43,12 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
     # bad input before the start: named with its range, Start refused until it is fixed
     set_number(page, "learning_rate", "20")
     alert(page, r"learning_rate.*\(0, 10\]").wait_for()
-    page.wait_for_function("() => [...document.querySelectorAll('button')]"
-                           ".some(b => b.innerText.trim() == 'Start' && b.disabled)")
+    start_button_enabled(page, False)
     no_exception(page, "train-invalid-learning-rate")
     set_number(page, "learning_rate", "1.00e-3")
     set_number(page, "steps", "100000")
     assert page.get_by_role("spinbutton", name="steps", exact=True).input_value() == "100000"
-    # the hyperparameter block reruns alone, then the page once more for Start's state
-    page.wait_for_function("() => [...document.querySelectorAll('button')]"
-                           ".some(b => b.innerText.trim() == 'Start' && !b.disabled)")
+    start_button_enabled(page)
     page.get_by_role("button", name="Start", exact=True).click()
     # the status line shows the run training (100,000 steps as set) and its step advancing
     status = page.get_by_text(re.compile(r"status running · step [1-9]\d*/100000")).first

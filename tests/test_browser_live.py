@@ -8,7 +8,8 @@ import re
 
 import pytest
 
-from _browser import ARGS, CHROMIUM, idle, no_exception, playwright_api, set_number
+from _browser import (idle, open_browser, no_exception, playwright_api, set_number,
+                      start_button_enabled)
 from _streamlit_server import streamlit_server
 from runs.store import RunStore
 
@@ -18,9 +19,7 @@ pytestmark = pytest.mark.browser
 def test_setup_survives_navigation_and_step_advances_one_step(tmp_path):
     api = playwright_api()
     with streamlit_server(tmp_path) as url, api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
-        page.set_default_timeout(120_000)
+        browser, page = open_browser(pw)
         page.goto(f"{url}/train")
         page.get_by_role("button", name="Start", exact=True).wait_for()
         set_number(page, "learning_rate", "5.00e-3")
@@ -64,9 +63,7 @@ def test_continuous_run_trains_until_stop_one_command_per_click(tmp_path):
     api = playwright_api()
     store = RunStore(tmp_path / "runs.sqlite")
     with streamlit_server(tmp_path) as url, api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
-        page.set_default_timeout(120_000)
+        browser, page = open_browser(pw)
         page.goto(f"{url}/train?optimizer=adam&dataset=moons&model=mlp")
         page.get_by_role("button", name="Start", exact=True).wait_for()
         idle(page)
@@ -76,8 +73,7 @@ def test_continuous_run_trains_until_stop_one_command_per_click(tmp_path):
             "() => { const s = [...document.querySelectorAll('input[type=number]')]"
             ".find(i => i.getAttribute('aria-label') === 'steps');"
             " return s && s.value === '1000000' && s.disabled; }", timeout=30_000)
-        page.wait_for_function("() => [...document.querySelectorAll('button')]"
-                               ".some(b => b.innerText.trim() == 'Start' && !b.disabled)")
+        start_button_enabled(page)
         page.get_by_role("button", name="Start", exact=True).click()
         # a continuous run has no step total in its status line
         page.get_by_text(re.compile(r"status running · step [1-9]\d* · continuous")).first \
