@@ -138,10 +138,11 @@ def controls(store: RunStore, run: dict[str, Any], commands: pd.DataFrame) -> No
     from runs import control, ownership
 
     events = store.events(run["id"])
+    told = st.container()  # one element however many events: the buttons keep their position
     for _, event in events.tail(2).iterrows():  # a takeover or a teacher's action is told
-        st.caption(f"recorded: {event['kind'].replace('_', ' ')} "
-                   f"({pd.Timestamp(event['created'], unit='s'):%Y-%m-%d %H:%M} UTC): "
-                   f"{event['detail']}")
+        told.caption(f"recorded: {event['kind'].replace('_', ' ')} "
+                     f"({pd.Timestamp(event['created'], unit='s'):%Y-%m-%d %H:%M} UTC): "
+                     f"{event['detail']}")
     rid = run["id"]
     if not session_runs.owns(run):
         if run["status"] in LIVE_STATUSES:

@@ -441,8 +441,13 @@ def live_body(run_id: int, was_active: bool) -> None:
         st.markdown(run_controls.status_line(store(), run, scalars))
         if run["total_steps"] < run_controls.continuous_steps():
             st.progress(min(run["step"] / max(run["total_steps"], 1), 1.0))
+        # a fixed slot, filled or not: the buttons below keep their position when a message
+        # comes or goes (Pause, Resume), so no stale copy of them stays beside the new ones
+        # while the fragment reruns
+        message = st.empty()
         if run["message"]:
-            (st.error if run["status"] in ("failed", "diverged") else st.caption)(run["message"])
+            (message.error if run["status"] in ("failed", "diverged") else message.caption)(
+                run["message"])
         commands = store().commands(run_id)
         run_controls.controls(store(), run, commands)
         for level, text in st.session_state["control_messages"]:  # told at once, by the buttons
