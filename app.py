@@ -41,7 +41,8 @@ pg = st.navigation(PAGES)
 # Plugins are contract-checked once per server in a child process (~5 s: it imports
 # TensorFlow). Home lists no optimizer: it only starts the check, so its first paint does not
 # wait. Train paints with the built-in optimizers and adds the plugins when the check answers
-# (it waits only for a link or lesson naming an optimizer not registered yet: views/train.py).
+# (it waits only for a link or lesson naming an optimizer not registered yet:
+# components/train_setup.py).
 # Every other page may name a plugin optimizer (a run) and waits for it.
 if pg is HOME or pg is TRAIN:  # (without a runtime, `st.navigation` returns a stand-in)
     start_plugin_check()

@@ -4,7 +4,7 @@ Streamlit deletes the state of a widget that is not drawn in a script run, so le
 page (or choosing another optimizer) would reset the Setup. `remember` copies every Setup widget
 value to a non-widget key `setup.<widget key>` after the page has drawn them; `restore` puts
 them back before the widgets are drawn again. A reload starts a new session: the Setup then
-comes back from the URL, which `views.train.share_setup` keeps equal to the Setup.
+comes back from the URL, which `components.train_setup.share_setup` keeps equal to the Setup.
 
 The Setup's keys are generated from the settings table (`settings.fields`): one per
 `RunConfig` field, the per-optimizer hyperparameter (`hp_...`), option (`opt_...`) and

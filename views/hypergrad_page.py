@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from components.page_store import store
 from components.store_guard import guard_page
 from components import correctness_runner
 from components import figures
@@ -24,7 +25,7 @@ from components import links
 from components import session_runs
 from components import hypergrad_figures as hf
 from optimizers import registry
-from runs.store import ACTIVE_STATUSES, RunStore, default_store_path
+from runs.store import ACTIVE_STATUSES
 from teaching import glossary
 
 REFRESH_S = 0.5
@@ -39,16 +40,6 @@ and the difference quotient measures those jumps instead of the slope; Adam's no
 sign-like steps make every small gradient count, so it happens often. tanh has no kinks, and
 float64 keeps the quotient's round-off (~1e-16/h) far below the 1e-4 tolerance.
 """
-
-
-@st.cache_resource(show_spinner=False)
-def _store(path: str) -> RunStore:
-    return RunStore(path)
-
-
-def store() -> RunStore:
-    """The run store of `$OPTIMIZER_LAB_HOME` (read per call, so tests can point it elsewhere)."""
-    return _store(str(default_store_path()))
 
 
 @st.cache_data(show_spinner=False)

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from components.page_store import store
 from components.store_guard import guard_page
 from components import lesson_panel
 from components import links
@@ -22,7 +23,7 @@ from components.figures import DISPLAY_POINTS
 from settings.config_file import MAX_BYTES, ConfigImportError
 from runs import ownership
 from runs.export import BUNDLE_MAX_BYTES, parse_import
-from runs.store import FINAL_STATUSES, LIVE_STATUSES, RunStore, default_store_path
+from runs.store import FINAL_STATUSES, LIVE_STATUSES
 
 STATUSES = LIVE_STATUSES + FINAL_STATUSES
 ORDER = ("id", "name", "optimizer", "learning_rate", "dataset", "model", "seed", "status", "step",
@@ -51,16 +52,6 @@ def init_state() -> None:
     }
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
-
-
-@st.cache_resource(show_spinner=False)
-def _store(path: str) -> RunStore:
-    return RunStore(path)
-
-
-def store() -> RunStore:
-    """The run store of `$OPTIMIZER_LAB_HOME` (read per call, so tests can point it elsewhere)."""
-    return _store(str(default_store_path()))
 
 
 # ----- callbacks -----------------------------------------------------------------------------

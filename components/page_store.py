@@ -1,0 +1,21 @@
+"""The run store every page reads, opened once per server process.
+
+`st.cache_resource` keys it on the path, and the path is read per call, so a test that points
+`$OPTIMIZER_LAB_HOME` elsewhere gets that store.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from runs.store import RunStore, default_store_path
+
+
+@st.cache_resource(show_spinner=False)
+def _store(path: str) -> RunStore:
+    return RunStore(path)
+
+
+def store() -> RunStore:
+    """The run store of `$OPTIMIZER_LAB_HOME`."""
+    return _store(str(default_store_path()))

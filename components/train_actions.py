@@ -1,0 +1,178 @@
+"""The Train page's actions: Start, and a Setup change sent to the selected live run.
+
+Widget callbacks (`on_click=`/`on_change=`): they run before the page reruns, read the Setup
+from session state, send a command through `runs.control` (imported on first use: the server
+never needs it to draw) and leave what happened in `start_errors` / `live_messages` for the
+page to show.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pydantic
+import streamlit as st
+
+from components import run_controls, session_runs
+from components.page_store import store
+from optimizers import registry, schedule_specs
+from optimizers.hyperparams import InvalidHyperparameter
+from runs.store import ACTIVE_STATUSES
+from settings import fields
+from settings.run_config import RunConfig
+
+
+@st.cache_data(show_spinner=False)
+def specs_of(optimizer: str, options_json: str):
+    return registry.specs(optimizer, json.loads(options_json))
+
+
+def run_specs(run: dict[str, Any]):
+    config = run["config"]
+    try:
+        return specs_of(config["optimizer"], json.dumps(config.get("options", {}), sort_keys=True))
+    except (KeyError, ValueError):
+        return ()
+
+
+def selected_run() -> dict[str, Any] | None:
+    run_id = st.session_state.get("run_select")
+    if run_id is None:
+        return None
+    try:
+        return store().run(int(run_id))
+    except KeyError:
+        return None
+
+
+def setup_config() -> RunConfig:
+    """A `RunConfig` from the Setup widgets, every field read through the settings table
+    (`settings.fields.config_from_session`).
+
+    Raises:
+        pydantic.ValidationError: a value `RunConfig` refuses. KeyError, ValueError: unknown
+            optimizer or options.
+    """
+    return fields.config_from_session(st.session_state)
+
+
+def on_start() -> None:
+    from runs import control
+
+    state = st.session_state
+    state["start_errors"] = []
+    try:
+        config = setup_config()
+    except pydantic.ValidationError as error:
+        state["start_errors"] = [
+            f"{'.'.join(str(p) for p in e['loc']) or 'config'}: {e['msg']}" for e in error.errors()
+        ]
+        return
+    except (InvalidHyperparameter, KeyError, ValueError) as error:
+        state["start_errors"] = [str(error)]
+        return
+    try:
+        run_id = control.start_run(config, store(), on_tab_close=control.tab_close_policy(),
+                                   caller=session_runs.caller(),
+                                   steps_per_second=state["start_speed"])
+    except Exception as error:  # the engine refused: show why, keep the page alive
+        state["start_errors"] = [f"the run could not start: {error}"]
+        return
+    state["run_id"] = state["run_select"] = run_id
+    state["live_messages"] = state["control_messages"] = []
+
+
+def live_run_to_steer(name: str) -> dict[str, Any] | None:
+    """The selected run when it is live and this session's (a change of `name` is sent to it);
+    None otherwise, saying so when the run is another session's."""
+    run = selected_run()
+    if run is None or run["status"] not in ACTIVE_STATUSES:
+        return None
+    if not session_runs.owns(run):
+        st.session_state["live_messages"] = [
+            ("info", f"{name} not sent: run #{run['id']} belongs to another browser session "
+                     "(view only)")]
+        return None
+    return run
+
+
+def on_hyper_change(name: str) -> None:
+    """A Setup hyperparameter widget moved: send it to the selected run when that run is live."""
+    state = st.session_state
+    run = live_run_to_steer(name)
+    if run is None:
+        return
+    optimizer = state["optimizer"]
+    options = {k: state[f"opt_{optimizer}_{k}"] for k in registry.option_defaults(optimizer)}
+    value = float(state[f"{fields.hyper_prefix(optimizer, options)}{name}"])
+    if run["config"]["optimizer"] != optimizer or name not in {s.name for s in run_specs(run)}:
+        state["live_messages"] = [("info", f"{name} not sent: run #{run['id']} uses "
+                                           f"{run['config']['optimizer']}, the setup {optimizer}")]
+        return
+    from runs import control
+
+    try:
+        command = control.set_hyper(store(), run["id"], name, value, source="user",
+                                    caller=session_runs.caller())
+    except control.NotOwner as error:
+        state["live_messages"] = [("info", f"{name} not sent: {error}")]
+        return
+    except InvalidHyperparameter as error:
+        current = (run["optimizer_config"] or {}).get(name)
+        keeps = f"; it goes on with {name} = {current:.6g}" if isinstance(current, float) else ""
+        state["live_messages"] = [("error", f"not sent to run #{run['id']}{keeps}: {error}")]
+        return
+    state["live_messages"] = [
+        ("success", f"{name} = {value:.6g} sent to run #{run['id']} (command {command})")
+    ]
+
+
+def on_schedule_change(name: str) -> None:
+    """The schedule picker, a schedule parameter or `decay` moved: send it to the selected run
+    when that run is live and this session's, saying which kind of change it is."""
+    state = st.session_state
+    run = live_run_to_steer(name)
+    if run is None:
+        return
+    current, current_decay = run_controls.run_schedule(run)
+    now = None
+    try:
+        if name == "decay":
+            value: Any = float(state[fields.session_key("decay")])
+            kind = "retrace" if value != current_decay else "none"
+        else:
+            value = schedule_specs.validate_schedule(
+                "lr_schedule", fields.schedule_from_session(state))
+            now = schedule_specs.validate_schedule("lr_schedule", current)
+            same = schedule_specs.structure(value) == schedule_specs.structure(now)
+            kind = ("none" if value == now else "assign" if same else "retrace")
+    except (schedule_specs.ScheduleError, ValueError) as error:
+        state["live_messages"] = [("error", f"not sent to run #{run['id']}: {error}")]
+        return
+    if kind == "none":
+        return
+    from runs import control
+
+    try:
+        command = control.set_hyper(store(), run["id"], name, value, source="user",
+                                    caller=session_runs.caller())
+    except (control.NotOwner, ValueError) as error:
+        state["live_messages"] = [("error", f"{name} not sent: {error}")]
+        return
+    if isinstance(value, dict) and kind == "assign":
+        before = now["config"] if now else {}
+        shown = value["class_name"] + " (" + ", ".join(
+            f"{k}: {before.get(k)} -> {v}" for k, v in value["config"].items()
+            if before.get(k) != v) + ")"
+    else:
+        shown = value["class_name"] if isinstance(value, dict) else (
+            "constant" if value is None else f"{value:g}")
+    state["live_messages"] = [("success" if kind == "assign" else "warning", (
+        f"{name} = {shown} sent to run #{run['id']} (command {command}): "
+        + ("new numbers of the same schedule: tf.Variable assigns, in effect at the next step, "
+           "no retrace" if kind == "assign" else
+           "a different kind of change (a new schedule object, or decay, a plain attribute "
+           "the trace baked in): the step function is rebuilt between two steps, costing one "
+           "retrace (see `step traces` in the changes table)")))]
+
