@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Hashable, Mapping, Sequence
+from typing import Hashable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -36,6 +36,19 @@ DECIMATION_STEPS = (1_000, 10_000, 100_000)
 # Slots drawn on a log axis by default: second moments and accumulators (positive, spanning
 # decades; Adam's `v` is invisible on a linear axis beside `m`).
 LOG_SLOTS = ("v", "vhat", "rms", "accumulator")
+# A marker is one SVG path, redrawn at every live refresh. Past a few hundred points per chart
+# they merge into a thick line anyway, while a tab watching a 10-minute run (2,000 evaluations
+# per series) spent its memory and refresh time on them (bench/bench_long_run.py: renderer PSS
+# x1.56 and refresh p95 1.3 s with markers throughout): series longer than this are lines.
+MARKERS_UP_TO = 200
+
+
+def point_mode(points: int, line: bool = True) -> str:
+    """Plotly scatter `mode` for a series of `points` points: markers (on a line when `line`)
+    while each stays distinguishable (<= `MARKERS_UP_TO`), a plain line beyond."""
+    if points > MARKERS_UP_TO:
+        return "lines"
+    return "lines+markers" if line else "markers"
 
 
 def plain(value: object) -> str:
@@ -185,7 +198,9 @@ def learning_rate_figure(
     rows = _series(recorded, EFFECTIVE_LR) if recorded is not None else None
     if rows is not None and not rows.empty:
         fig.add_trace(go.Scatter(x=rows["step"].tolist(), y=rows["value"].tolist(),
-                                 name="effective (recorded)", mode="markers",
+                                 name="effective (recorded)",
+                                 mode=point_mode(len(rows), line=False),
+                                 line={"dash": "dot", "color": qualitative.Plotly[4]},
                                  marker={"size": 4, "color": qualitative.Plotly[4]},
                                  hovertemplate="step %{x}: _decayed_lr=%{y:.6g}<extra></extra>"))
     schedule_lines(fig, marks)
@@ -226,7 +241,7 @@ def loss_figure(
     if not rows.empty:
         fig.add_trace(go.Scatter(
             x=rows["step"].tolist(), y=rows["value"].tolist(), name="val loss",
-            mode="lines+markers", marker={"size": 5}, line={"color": qualitative.Plotly[1]},
+            mode=point_mode(len(rows)), marker={"size": 5}, line={"color": qualitative.Plotly[1]},
         ))
     change_markers(fig, changes)
     schedule_lines(fig, schedule_marks)
@@ -246,7 +261,7 @@ def accuracy_figure(
     if not rows.empty:
         fig.add_trace(go.Scatter(
             x=rows["step"].tolist(), y=rows["value"].tolist(), name="val accuracy",
-            mode="lines+markers", marker={"size": 5},
+            mode=point_mode(len(rows)), marker={"size": 5},
         ))
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="accuracy", rangemode="tozero")

@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from components.figures import _finish, plain
+from components.figures import _finish, plain, point_mode
 from optimizers import schedule_specs as schedule_table
 from optimizers.hyperparams import HyperSpec
 
@@ -161,8 +161,10 @@ def hypergradient_figure(frame: pd.DataFrame, uirevision: Hashable = "hypergrads
             values = reverse["reverse"].to_numpy(float)
             fig.add_trace(go.Scatter(
                 x=[int(s) for s in reverse["step"]], y=transform(values).tolist(),
-                name="reverse (truncated, last T steps)", mode="markers",
+                name="reverse (truncated, last T steps)",
+                mode=point_mode(len(reverse), line=False),
                 marker={"color": REVERSE_COLOR, "size": 9, "symbol": "x"},
+                line={"color": REVERSE_COLOR, "dash": "dot"},
                 legendgroup="reverse", showlegend=first, customdata=values.tolist(),
                 hovertemplate=f"{plain(shown_as[name])} reverse at step %{{x}}: "
                               "%{customdata:.4g}<extra></extra>",

@@ -18,9 +18,11 @@ background, Streamlit's own colourway for traces that name no colour.
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import plotly
 import plotly.graph_objects as go
 import streamlit as st
@@ -32,6 +34,14 @@ components_v1.declare_component("plotly_js", path=str(_BUNDLE_DIR))
 BUNDLE_ROUTE = f"component/{__name__}.plotly_js/plotly.min.js"
 
 MIN_HEIGHT, MAX_HEIGHT = 80, 2000  # px
+# Numeric trace arrays of at least this many values are sent as plotly.js typed arrays
+# (`{"dtype", "bdata"[, "shape"]}`, base64 of little-endian bytes: 5.3 characters per int32 and
+# 10.7 per float64 against ~7 and ~19 for their JSON text), the encoding plotly.py itself uses
+# for NumPy arrays. Every refresh ships every point again (2,000 per series), and a tab that
+# parses less text leaves the browser less garbage to collect (bench/bench_long_run.py).
+PACK_FROM = 32
+_PACKED_KEYS = ("x", "y", "z", "customdata")
+_INT32 = np.iinfo(np.int32)
 
 _JS = """
 const ROUTE = "%(route)s";
@@ -101,8 +111,9 @@ _live_chart = st.components.v2.component("optimizer_lab_live_chart", js=_JS,
 def figure_payload(fig: go.Figure | dict[str, Any], height: int, revision: int = 0
                    ) -> dict[str, Any]:
     """The element's data: the figure as plotly JSON (its `template` left out: the element
-    applies the page's theme, and a template is ~8 KB sent on every refresh), its height and
-    a revision counter (shown in the DOM as `data-revision` / `data-drawn`, for tests).
+    applies the page's theme, and a template is ~8 KB sent on every refresh; long numeric
+    arrays as typed arrays, see `PACK_FROM`), its height and a revision counter (shown in the
+    DOM as `data-revision` / `data-drawn`, for tests).
 
     Args:
         fig: a plotly Figure or a figure dict (`{"data": [...], "layout": {...}}`).
@@ -119,8 +130,35 @@ def figure_payload(fig: go.Figure | dict[str, Any], height: int, revision: int =
     if isinstance(fig, go.Figure):
         fig = fig.to_plotly_json()  # dicts: no second validation (the builders validated)
     layout = {k: v for k, v in fig.get("layout", {}).items() if k != "template"}
-    text = plotly.io.to_json({"data": fig.get("data", []), "layout": layout}, validate=False)
+    data = [{k: _typed_array(v) if k in _PACKED_KEYS else v for k, v in trace.items()}
+            for trace in fig.get("data", [])]
+    text = plotly.io.to_json({"data": data, "layout": layout}, validate=False)
     return {"figure": text, "height": height, "revision": int(revision)}
+
+
+def _typed_array(values: Any) -> Any:
+    """`values` as a plotly.js typed-array spec when it is a list of at least `PACK_FROM`
+    numbers (1-D) or of equal-length number lists (2-D, a heatmap's `z`): int32 when every
+    value is an integer that fits, else float64 (exact: what Python floats are). Anything else
+    (text, None gaps, booleans, a typed array already) is returned unchanged."""
+    if not isinstance(values, (list, tuple)) or len(values) < PACK_FROM:
+        return values
+    try:
+        array = np.asarray(values)
+    except ValueError:  # ragged rows
+        return values
+    if array.ndim not in (1, 2) or array.size == 0:
+        return values
+    if array.dtype.kind in "iu" and _INT32.min <= array.min() and array.max() <= _INT32.max:
+        array, code = array.astype("<i4"), "i4"
+    elif array.dtype.kind in "iuf":
+        array, code = array.astype("<f8"), "f8"
+    else:  # object (None), bool, text
+        return values
+    spec = {"dtype": code, "bdata": base64.b64encode(array.tobytes()).decode("ascii")}
+    if array.ndim == 2:
+        spec["shape"] = f"{array.shape[0]}, {array.shape[1]}"
+    return spec
 
 
 def live_chart(fig: go.Figure | dict[str, Any], key: str, height: int = 340) -> None:

@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from components.figures import _finish, plain
+from components.figures import _finish, plain, point_mode
 
 KEY_HYPERS = ("learning_rate", "beta_1", "beta_2", "momentum", "rho", "weight_decay")
 IGNORED_FIELDS = ("device",)  # shown in the table, not a difference worth a legend entry
@@ -174,13 +174,13 @@ def overlay_loss_figure(scalars: Mapping[int, pd.DataFrame], labels: Mapping[int
     fig = go.Figure()
     for run_id, frame in scalars.items():
         for name, suffix, extra in (("train_loss", "train", {"mode": "lines"}),
-                                    ("val_loss", "val", {"mode": "lines+markers",
-                                                         "line": {"dash": "dot"},
+                                    ("val_loss", "val", {"line": {"dash": "dot"},
                                                          "marker": {"size": 5}})):
             rows = frame[frame["name"] == name].sort_values("step", kind="stable")
             if not rows.empty:
                 fig.add_trace(_line(rows["step"], rows["value"], f"{labels[run_id]} · {suffix}",
-                                    colors[run_id], legendgroup=str(run_id), **extra))
+                                    colors[run_id], legendgroup=str(run_id),
+                                    **{"mode": point_mode(len(rows)), **extra}))
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="loss", type="log" if log_y else "linear")
     fig = _finish(fig, uirevision, "Loss (solid: train, dotted: validation)", height)
@@ -200,7 +200,7 @@ def overlay_validation_figure(scalars: Mapping[int, pd.DataFrame], labels: Mappi
             rows = frame[frame["name"] == name].sort_values("step", kind="stable")
             if not rows.empty:
                 fig.add_trace(_line(rows["step"], rows["value"], labels[run_id], colors[run_id],
-                                    mode="lines+markers", marker={"size": 5},
+                                    mode=point_mode(len(rows)), marker={"size": 5},
                                     legendgroup=str(run_id), showlegend=row == 1), row=row, col=1)
     fig.update_xaxes(title_text="step", row=2, col=1)
     fig = _finish(fig, uirevision, "Validation metrics", height)

@@ -232,3 +232,22 @@ def test_asinh_axis_is_labelled_in_real_units():
     fig = hypergradient_figure(frame, symlog=True)
     assert list(fig.layout.yaxis.ticktext)[-1] == "100" and fig.layout.yaxis.title.text == "asinh axis"
     assert fig.data[0].y[1] == pytest.approx(np.arcsinh(-20.0))  # drawn in asinh units
+
+
+@pytest.mark.parametrize("evaluations, mode", [(figures.MARKERS_UP_TO, "lines+markers"),
+                                               (figures.MARKERS_UP_TO + 1, "lines")])
+def test_validation_markers_only_while_they_are_few(evaluations, mode):
+    # one SVG path per marker, redrawn every live refresh: a long run's 2,000 evaluations are
+    # a line (bench_long_run: the watching tab's memory grew with them)
+    steps = np.arange(1, evaluations + 1) * 100
+    scalars = pd.concat([
+        pd.DataFrame({"step": steps, "name": "val_loss", "value": 1.0 / steps}),
+        pd.DataFrame({"step": steps, "name": "val_accuracy", "value": 1.0 - 1.0 / steps}),
+    ])
+    loss = {t.name: t for t in figures.loss_figure(scalars).data}
+    accuracy = figures.accuracy_figure(scalars).data[0]
+    assert loss["val loss"].mode == accuracy.mode == mode
+    assert len(loss["val loss"].x) == evaluations
+    lr = figures.learning_rate_figure(recorded=pd.DataFrame(
+        {"step": steps, "name": figures.EFFECTIVE_LR, "value": 0.1})).data[0]
+    assert lr.mode == ("markers" if mode == "lines+markers" else "lines")

@@ -9,14 +9,17 @@ live (the log-axis toggle reaching the same element).
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
+import numpy as np
 import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from components.live_chart import BUNDLE_ROUTE, MAX_HEIGHT, MIN_HEIGHT, figure_payload
+from components.live_chart import (BUNDLE_ROUTE, MAX_HEIGHT, MIN_HEIGHT, PACK_FROM,
+                                   figure_payload)
 from runs.store import RunStore
 from tests.fake_runs import add_fake_run
 
@@ -67,6 +70,41 @@ def test_the_payload_is_plotly_json_without_the_template():
     assert json.loads(as_dict["figure"]) == {"data": [{"type": "scatter", "y": [1.0]}],
                                              "layout": {"height": 9}}
     assert BUNDLE_ROUTE == "component/components.live_chart.plotly_js/plotly.min.js"
+
+
+def decoded(spec: dict) -> np.ndarray:
+    """A plotly.js typed-array spec back to NumPy (little-endian bytes, `shape` "rows, cols")."""
+    array = np.frombuffer(base64.b64decode(spec["bdata"]), dtype="<" + spec["dtype"])
+    if "shape" in spec:
+        array = array.reshape([int(n) for n in spec["shape"].split(",")])
+    return array
+
+
+def test_long_numeric_arrays_go_as_exact_typed_arrays():
+    rng = np.random.default_rng(3)
+    steps = list(range(100, 100 * (2_000 + 1), 100))
+    losses = [float(v) for v in rng.random(2_000).astype(np.float32)] + [float("nan")]
+    grid = rng.normal(size=(500, 64)).tolist()
+    fig = {"data": [
+        {"type": "scatter", "x": steps + [2 ** 31], "y": losses, "name": "train loss"},
+        {"type": "heatmap", "z": grid, "x": steps[:64], "y": [str(i) for i in range(500)]},
+        {"type": "scatter", "x": list(range(PACK_FROM - 1)), "y": [None] * (PACK_FROM - 1)},
+        {"type": "scatter", "x": list(range(40)), "y": [None, *range(39)], "customdata":
+            [True] * 40},
+    ]}
+    payload = json.loads(figure_payload(fig, 340)["figure"])["data"]
+    line, heat, short, gaps = payload
+    assert line["x"]["dtype"] == "f8"  # 2**31 does not fit int32: exact as float64
+    assert decoded(line["x"]).tolist() == steps + [2 ** 31]
+    assert line["y"]["dtype"] == "f8" and np.array_equal(decoded(line["y"]), losses,
+                                                         equal_nan=True)
+    assert heat["z"]["shape"] == "500, 64" and decoded(heat["z"]).tolist() == grid
+    assert heat["x"]["dtype"] == "i4" and decoded(heat["x"]).tolist() == steps[:64]
+    assert heat["y"] == [str(i) for i in range(500)]  # text stays text
+    assert short["x"] == list(range(PACK_FROM - 1))  # short arrays stay JSON lists
+    assert gaps["y"] == [None, *range(39)] and gaps["customdata"] == [True] * 40
+    # the JSON is smaller: ~10.7 characters per float64 against ~19 for its text
+    assert len(json.dumps(line["y"])) < 0.6 * len(json.dumps(losses))
 
 
 @pytest.mark.parametrize("height", [MIN_HEIGHT - 1, MAX_HEIGHT + 1, 340.0, True, "340"])
