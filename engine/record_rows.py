@@ -7,13 +7,16 @@ built from its fields by `insert_sql`. Each type's fields are the table's column
 the store adds after the fields (`hyper_changes.created`, Unix seconds, the batch's time).
 
 Steps are 1-based optimizer steps (0 = before training); losses are in nats. Light on purpose
-(no TensorFlow, no pandas): the pages import it through the store.
+(no TensorFlow, no pandas; NumPy for its scalar types): the pages import it through the store.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from typing import Any, Iterable, NamedTuple, Sequence
+
+import numpy as np
 
 
 class ScalarRow(NamedTuple):
@@ -90,6 +93,16 @@ ROW_TYPES: dict[str, type] = {
     "response_slices": ResponseSliceRow,
 }
 STORED_AFTER: dict[str, tuple[str, ...]] = {"hyper_changes": ("created",)}
+# NumPy scalars (np.float32 losses, np.int64 steps) bind as the Python numbers they hold, in
+# every connection of this process: rows need no per-field conversion (see `_WITH_SEQUENCES`).
+for _numpy_type in (np.float16, np.float32, np.int8, np.int16, np.int32, np.int64, np.uint8,
+                    np.uint16, np.uint32, np.uint64, np.bool_):
+    sqlite3.register_adapter(_numpy_type, np.generic.item)
+
+# Tables with a sequence field (stored as JSON text); the others' rows are SQLite-ready as they
+# come, and skipping the per-field conversion matters on the hot path: full recording writes
+# one `slot_stats` row per (variable, slot) every step.
+_WITH_SEQUENCES = frozenset({"histograms"})
 
 
 def insert_sql(table: str) -> str:
@@ -122,12 +135,14 @@ def stored_params(table: str, run_id: int, rows: Iterable[Sequence[Any]],
     """
     row_type = ROW_TYPES[table]
     extra = (now,) * len(STORED_AFTER.get(table, ()))
+    convert = table in _WITH_SEQUENCES
     out = []
     for row in rows:
-        try:
-            row = row_type._make(row)
-        except TypeError:
-            raise TypeError(f"{table} row {tuple(row)!r} refused: expected the fields "
-                            f"{', '.join(row_type._fields)}") from None
-        out.append((run_id, *(_sql_value(v) for v in row), *extra))
+        if type(row) is not row_type:  # a plain tuple (or another row type): check its length
+            try:
+                row = row_type._make(row)
+            except TypeError:
+                raise TypeError(f"{table} row {tuple(row)!r} refused: expected the fields "
+                                f"{', '.join(row_type._fields)}") from None
+        out.append((run_id, *(map(_sql_value, row) if convert else row), *extra))
     return out

@@ -213,7 +213,11 @@ class Engine:
 
     def _train_body(self, indices, level):
         x, y = tf.gather(self.x_train, indices), tf.gather(self.y_train, indices)
-        before = [v.read_value() for v in self.variables]
+        if recording.in_xla_context():  # XLA needs one shape per value; it elides copies
+            before = [v.read_value() for v in self.variables]
+        else:  # graph mode: copy the old values (for `update`) only on steps that record
+            before = tf.cond(level >= 1, lambda: [v.read_value() for v in self.variables],
+                             lambda: [tf.zeros([0], v.dtype) for v in self.variables])
         with tf.GradientTape() as tape:
             loss = cross_entropy(y, self.model(x, training=True))
         grads = tape.gradient(loss, self.variables)
@@ -222,7 +226,7 @@ class Engine:
         stats = tf.cond(  # only a finiteness guard on steps that record nothing (decimation)
             level >= 1,
             lambda: recording.packed_stats(self.variables, self.optimizer, before),
-            lambda: recording.finite_guard(self.variables, self.optimizer, before),
+            lambda: recording.finite_guard(self.variables, self.optimizer),
         )
         hists = tf.cond(
             level >= 2,

@@ -74,16 +74,20 @@ def test_histograms_count_every_element():
 
 def test_finite_guard_marks_exactly_the_non_finite_series():
     opt, variables, before = _setup()
-    guard = recording.finite_guard(variables, opt, before).numpy()
+    guard = recording.finite_guard(variables, opt).numpy()
     assert guard.shape == (6, 3) and not guard.any()  # all finite: zeros
     opt.get_slot(variables[0], "v").assign(
         tf.tensor_scatter_nd_update(opt.get_slot(variables[0], "v"), [[0, 0]], [np.inf]))
     opt.get_slot(variables[1], "m").assign(
         tf.tensor_scatter_nd_update(opt.get_slot(variables[1], "m"), [[2]], [np.nan]))
-    guard = recording.finite_guard(variables, opt, before).numpy()
+    guard = recording.finite_guard(variables, opt).numpy()
     bad = [i for i, row in enumerate(guard) if not np.isfinite(row).all()]
     assert bad == [1, 3]  # (dense_1/kernel, v) and (dense_1/bias, m)
     assert np.isnan(guard[bad]).all() and not guard[[0, 2, 4, 5]].any()
+    # a variable that turned non-finite marks its `update` row (`before - after` is then too)
+    variables[1].assign(tf.tensor_scatter_nd_update(variables[1], [[4]], [-np.inf]))
+    guard = recording.finite_guard(variables, opt).numpy()
+    assert [i for i, row in enumerate(guard) if not np.isfinite(row).all()] == [1, 3, 5]
 
 
 def test_stats_of_huge_finite_values_stay_finite():
