@@ -38,8 +38,8 @@ DECIMATION_STEPS = (1_000, 10_000, 100_000)
 LOG_SLOTS = ("v", "vhat", "rms", "accumulator")
 # A marker is one SVG path, redrawn at every live refresh. Past a few hundred points per chart
 # they merge into a thick line anyway, while a tab watching a 10-minute run (2,000 evaluations
-# per series) spent its memory and refresh time on them (bench/bench_long_run.py: renderer PSS
-# x1.56 and refresh p95 1.3 s with markers throughout): series longer than this are lines.
+# per series) spent its memory and refresh time on them (bench/bench_long_run.py, markers
+# throughout: renderer PSS x1.56-1.64, refresh p95 1.3-2.0 s): longer series are lines.
 MARKERS_UP_TO = 200
 
 
