@@ -197,7 +197,7 @@ def learning_rate_figure(
                                  hovertemplate="step %{x}: lr=%{y:.6g}<extra></extra>"))
     rows = _series(recorded, EFFECTIVE_LR) if recorded is not None else None
     if rows is not None and not rows.empty:
-        fig.add_trace(go.Scatter(x=rows["step"].tolist(), y=rows["value"].tolist(),
+        fig.add_trace(go.Scatter(x=rows["step"].to_numpy(), y=rows["value"].to_numpy(float),
                                  name="effective (recorded)",
                                  mode=point_mode(len(rows), line=False),
                                  line={"dash": "dot", "color": qualitative.Plotly[4]},
@@ -230,17 +230,17 @@ def loss_figure(
     fig = go.Figure()
     train = _series(scalars, "train_loss")
     if not train.empty:
-        steps, values = train["step"].tolist(), train["value"].tolist()
+        steps, values = train["step"].to_numpy(), train["value"].to_numpy(float)
         if smoothing > 0:
             fig.add_trace(go.Scatter(x=steps, y=values, name="train loss (raw)", mode="lines",
                                      opacity=0.3, line={"color": qualitative.Plotly[0]}))
-            values = ema(steps, values, smoothing)
+            values = np.asarray(ema(steps, values, smoothing))
         fig.add_trace(go.Scatter(x=steps, y=values, name="train loss", mode="lines",
                                  marker={"size": 5}, line={"color": qualitative.Plotly[0]}))
     rows = _series(scalars, "val_loss")
     if not rows.empty:
         fig.add_trace(go.Scatter(
-            x=rows["step"].tolist(), y=rows["value"].tolist(), name="val loss",
+            x=rows["step"].to_numpy(), y=rows["value"].to_numpy(float), name="val loss",
             mode=point_mode(len(rows)), marker={"size": 5}, line={"color": qualitative.Plotly[1]},
         ))
     change_markers(fig, changes)
@@ -260,7 +260,7 @@ def accuracy_figure(
     rows = _series(scalars, "val_accuracy")
     if not rows.empty:
         fig.add_trace(go.Scatter(
-            x=rows["step"].tolist(), y=rows["value"].tolist(), name="val accuracy",
+            x=rows["step"].to_numpy(), y=rows["value"].to_numpy(float), name="val accuracy",
             mode=point_mode(len(rows)), marker={"size": 5},
         ))
     fig.update_xaxes(title_text="step")
@@ -344,7 +344,7 @@ def slot_stats_figure(
             part = rows[rows["slot"] == slot].sort_values("step", kind="stable")
             for row, (column, _) in enumerate(SLOT_STAT_ROWS, start=1):
                 fig.add_trace(go.Scatter(
-                    x=part["step"].tolist(), y=part[column].tolist(), name=plain(slot),
+                    x=part["step"].to_numpy(), y=part[column].to_numpy(float), name=plain(slot),
                     mode="lines",
                     legendgroup=plain(slot), showlegend=row == 1,
                     line={"color": colors[index % len(colors)]},
@@ -384,7 +384,7 @@ def slot_rows_figure(
         part = rows[rows["slot"] == slot].sort_values("step", kind="stable")
         for index, (column, label) in enumerate(SLOT_STAT_ROWS):
             fig.add_trace(go.Scatter(
-                x=part["step"].tolist(), y=part[column].tolist(), name=label, mode="lines",
+                x=part["step"].to_numpy(), y=part[column].to_numpy(float), name=label, mode="lines",
                 legendgroup=label, showlegend=row == 1, line={"color": colors[index]},
                 hovertemplate=f"{plain(slot)} {label}=%{{y:.4g}}<extra></extra>",
             ), row=row, col=1)
