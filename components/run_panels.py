@@ -40,7 +40,8 @@ def chart(fig, key: str, live: bool = False) -> None:
     live (`components.live_chart`: the same element for every refresh, never blank), a plain
     `st.plotly_chart` once it has ended."""
     if live:
-        live_chart.live_chart(fig, key, height=int(fig.layout.height or 340))
+        height = fig["layout"].get("height") if isinstance(fig, dict) else fig.layout.height
+        live_chart.live_chart(fig, key, height=int(height or 340))
     else:
         st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
 
@@ -86,8 +87,8 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
     left, right = st.columns([3, 2])
     with left:
         st.markdown("**Hyperparameter trace** (value in effect at each step; ◆ = change)")
-        chart(figures.hyper_trace_figure(changes, run["step"], uirevision=rid, log_names=log_names),
-              f"hypers_{rid}", live)
+        trace = figures.hyper_trace_dict if live else figures.hyper_trace_figure  # see the former
+        chart(trace(changes, run["step"], uirevision=rid, log_names=log_names), f"hypers_{rid}", live)
     with right:
         st.markdown("**Hyperparameter changes**")
         table = changes_table(changes)

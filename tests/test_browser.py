@@ -55,14 +55,14 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
     status.wait_for(timeout=120_000)
     loss_chart = page.locator(".js-plotly-plot").first
     loss_chart.wait_for()
-    page.wait_for_function(
-        "() => { const p = document.querySelector('.js-plotly-plot');"
-        " return p && p.data && p.data.length && p.data[0].x.length > 5; }",
-        timeout=120_000,
-    )
-    first = page.evaluate("() => document.querySelector('.js-plotly-plot').data[0].x.length")
+    # points of the first trace as plotly.js drew them: `_fullData` holds the decoded arrays
+    # (the figure's long arrays arrive as typed arrays `{dtype, bdata}`, see live_chart)
+    points = ("() => { const p = document.querySelector('.js-plotly-plot');"
+              " return p && p._fullData && p._fullData.length ? p._fullData[0].x.length : 0; }")
+    page.wait_for_function(f"({points})() > 5", timeout=120_000)
+    first = page.evaluate(points)
     page.wait_for_timeout(2500)
-    later = page.evaluate("() => document.querySelector('.js-plotly-plot').data[0].x.length")
+    later = page.evaluate(points)
     assert later > first, "the loss chart did not update live"
     no_exception(page, "train-running")
 

@@ -82,6 +82,17 @@ def test_hyper_trace_extends_past_last_change_only_forward(changes):
     assert list(fig.data[0].x)[-1] == 80
 
 
+@pytest.mark.parametrize("last_step", [120, 10, 120])  # a later call, an earlier step, again
+def test_hyper_trace_dict_is_the_figure_built_once(changes, last_step):
+    import json
+
+    as_dict = figures.hyper_trace_dict(changes, last_step, uirevision=4, log_names=("learning_rate",))
+    fig = figures.hyper_trace_figure(changes, last_step, uirevision=4, log_names=("learning_rate",))
+    assert json.dumps(as_dict, sort_keys=True, default=str) == \
+        json.dumps(fig.to_plotly_json(), sort_keys=True, default=str)
+    assert as_dict["data"][0]["x"] == [0, 50, 80, max(last_step, 80)]
+
+
 def test_hyper_trace_empty():
     fig = figures.hyper_trace_figure(pd.DataFrame(columns=["step", "name", "old", "new", "source"]), 0, uirevision=2)
     assert len(fig.data) == 0 and fig.layout.uirevision == 2

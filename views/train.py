@@ -90,7 +90,6 @@ def live_body(run_id: int, was_active: bool) -> None:
             show()
 
 
-
 @guard_page  # a read-only or full data directory: one line, not a traceback
 def main() -> None:
     train_setup.plugins_for_this_page()
