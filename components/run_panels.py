@@ -87,7 +87,8 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
     left, right = st.columns([3, 2])
     with left:
         st.markdown("**Hyperparameter trace** (value in effect at each step; ◆ = change)")
-        trace = figures.hyper_trace_dict if live else figures.hyper_trace_figure  # see the former
+        # live: the cached dict (twice a second, only its end moves); ended: a Figure
+        trace = figures.hyper_trace_dict if live else figures.hyper_trace_figure
         chart(trace(changes, run["step"], uirevision=rid, log_names=log_names), f"hypers_{rid}", live)
     with right:
         st.markdown("**Hyperparameter changes**")

@@ -9,7 +9,6 @@ live (the log-axis toggle reaching the same element).
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from _plotly_arrays import decoded
 from components.live_chart import (BUNDLE_ROUTE, MAX_HEIGHT, MIN_HEIGHT, PACK_FROM,
                                    figure_payload)
 from runs.store import RunStore
@@ -70,14 +70,6 @@ def test_the_payload_is_plotly_json_without_the_template():
     assert json.loads(as_dict["figure"]) == {"data": [{"type": "scatter", "y": [1.0]}],
                                              "layout": {"height": 9}}
     assert BUNDLE_ROUTE == "component/components.live_chart.plotly_js/plotly.min.js"
-
-
-def decoded(spec: dict) -> np.ndarray:
-    """A plotly.js typed-array spec back to NumPy (little-endian bytes, `shape` "rows, cols")."""
-    array = np.frombuffer(base64.b64decode(spec["bdata"]), dtype="<" + spec["dtype"])
-    if "shape" in spec:
-        array = array.reshape([int(n) for n in spec["shape"].split(",")])
-    return array
 
 
 def test_long_numeric_arrays_go_as_exact_typed_arrays():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from _plotly_arrays import decoded
 from runs.store import FINAL_STATUSES, RunStore
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -114,8 +115,9 @@ def test_start_creates_a_run_and_charts_fill(app):
         assert spec["layout"]["uirevision"] in (run_id, str(run_id)) or str(spec["layout"]["uirevision"]).startswith(f"{run_id}-")
     loss = by_title["Loss"]["data"]
     assert [t["name"] for t in loss] == ["train loss", "val loss"]
-    assert len(loss[0]["x"]) >= 30 and max(loss[0]["x"]) == 60
-    assert len(by_title["Validation accuracy"]["data"][0]["y"]) >= 5
+    steps = decoded(loss[0]["x"])  # NumPy arrays arrive as typed arrays
+    assert len(steps) >= 30 and steps.max() == 60
+    assert len(decoded(by_title["Validation accuracy"]["data"][0]["y"])) >= 5
     assert any(t.get("type") == "heatmap" for s in specs for t in s["data"])
     assert any(t.get("name") == "learning_rate" for s in specs for t in s["data"])
     assert any("finished" in m.value for m in app.markdown)
