@@ -36,7 +36,9 @@ and 41-44 MiB from the first minute to the last): the growth is uncollected garb
 trigger Chromium's memory reducer), not a leak. Less to parse and draw per refresh (markers
 only up to `components.figures.MARKERS_UP_TO` points, long arrays as typed arrays) brought the
 same 200,000-step run, side by side in one sitting, from renderer x1.64 / Chromium sum x1.40
-(median) and refresh p95 1.97 s to renderer x1.29 / sum x1.19 (peak x1.04) and p95 1.07 s.
+(median) and refresh p95 1.97 s to renderer x1.29 / sum x1.19 (peak x1.04) and p95 1.07 s;
+with less server work per refresh as well (NumPy arrays, the cached hyperparameter trace),
+sum x1.20 (peak x1.19) and p95 0.82 s (p99 2.81 -> 1.12 s).
 
 The summary compares the first and the last 10 % of the run (by step): peak and median RSS
 and their ratio (1.0 = flat), the store's bytes per step, steps/s, the percentiles (p50, p90,
