@@ -47,9 +47,18 @@ def init_state() -> None:
 
 
 def load_shared_link() -> None:
-    """Fill the Setup widgets from the URL's setup (`settings.share_link`), if it has one."""
+    """Fill the Setup widgets from the URL's setup (`settings.share_link`), if it has one.
+
+    A field the link leaves out takes the page's default (`fields.page_defaults`), as the
+    Setup shows it without a link: a hand-written `?optimizer=sgd` keeps the default setup's
+    label noise, not `RunConfig()`'s 0 (the links this page writes carry every field)."""
+    params = st.query_params.to_dict()
+    if "optimizer" in params:
+        page = share_link.to_query_params(fields.page_defaults())
+        params.update({f: page[f] for f in fields.page_default_fields()
+                       if f not in params and f in page})
     try:
-        config = share_link.from_query_params(st.query_params.to_dict())
+        config = share_link.from_query_params(params)
     except share_link.QueryParamsError as error:
         st.session_state["start_errors"] = [f"shared link ignored: {error}"]
         return

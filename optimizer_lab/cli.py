@@ -140,12 +140,13 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
 
 
 def check_environment(parser: argparse.ArgumentParser) -> None:
-    """Refuse a bad `OPTIMIZER_LAB_POOL_SIZE` as one line (`parser.error`, exit status 2)
-    before a store is opened or a run started."""
+    """Refuse a bad `OPTIMIZER_LAB_POOL_SIZE` or `OPTIMIZER_LAB_WORKER_NICE` as one line
+    (`parser.error`, exit status 2) before a store is opened or a run started."""
     from runs import control
 
     try:
         control.pool_size()
+        control.worker_nice()
     except ValueError as error:
         parser.error(f"environment variable {error}")
 

@@ -34,7 +34,7 @@ from runs.ownership import LOCAL, Caller, NotOwner  # noqa: F401  (re-exported f
 from runs.pool import (  # noqa: F401  (re-exported: the pool's public names)
     _PROCESSES, DEFAULT_POOL_SIZE, MAX_POOL_SIZE, POOL_SIZE_ENV, PROJECT_ROOT, TAB_CLOSE_ENV,
     TAB_CLOSE_POLICIES, WARM_ENV, dispatch, log_path, pool_size, reap, tab_close_policy,
-    warm_enabled,
+    warm_enabled, worker_nice, NICE_ENV,
 )
 from runs.processes import same_process_alive
 from runs.warm_pool import keep_warm, shutdown as shutdown_warm_pool  # noqa: F401  (re-exported)

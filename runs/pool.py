@@ -36,6 +36,8 @@ WARM_CHOICES = ("on", "off")
 POOL_SIZE_ENV = "OPTIMIZER_LAB_POOL_SIZE"
 DEFAULT_POOL_SIZE = 2
 MAX_POOL_SIZE = 64
+NICE_ENV = "OPTIMIZER_LAB_WORKER_NICE"
+DEFAULT_NICE = 10
 TAB_CLOSE_ENV = "OPTIMIZER_LAB_ON_TAB_CLOSE"
 TAB_CLOSE_POLICIES = ("finish", "stop")
 
@@ -77,6 +79,29 @@ def pool_size() -> int:
         raise ValueError(f"{POOL_SIZE_ENV}={raw!r} refused: must be an integer in "
                          f"[1, {MAX_POOL_SIZE}]")
     return size
+
+
+def worker_nice() -> int:
+    """How much a run process lowers its CPU priority while it trains (`os.nice`):
+    `OPTIMIZER_LAB_WORKER_NICE`, default 10, 0 = not at all.
+
+    Why: a run keeps its cores busy for as long as it trains, while the page that watches it
+    (the Streamlit server and the browser, on the same small machine in a class) needs CPU in
+    bursts, twice a second. At nice 10 the scheduler gives those bursts the CPU first; the run
+    still gets every cycle they leave idle (the same steps/s on an idle machine).
+
+    Raises:
+        ValueError: the variable is not an integer in [0, 19].
+    """
+    raw = os.environ.get(NICE_ENV, "").strip() or str(DEFAULT_NICE)
+    try:
+        nice = int(raw)
+    except ValueError:
+        nice = -1
+    if not 0 <= nice <= 19:
+        raise ValueError(f"{NICE_ENV}={raw!r} refused: must be an integer in [0, 19] (0: the "
+                         f"run keeps the server's priority)")
+    return nice
 
 
 def warm_enabled() -> bool:
@@ -125,6 +150,7 @@ def dispatch(store: RunStore, size: int | None = None) -> list[int]:
     """
     reap()
     warm = warm_enabled()  # settings checked before a run is claimed, never after
+    worker_nice()
     started = store.claim_queued(pool_size() if size is None else size, memory_budget_mb())
     for run_id in started:
         if not (warm and _assign_warm(store, run_id)):

@@ -220,7 +220,10 @@ def run_one(store: RunStore, run_id: int, max_wall_s: float | None = None,
             full_recording: bool = False) -> int:
     """Train one run in this process (`train`), report a failure on stderr, then hand the pool
     place over (`_hand_over`); returns the exit code of the process (0 unless the run failed).
-    Shared by the cold process (`main`) and the warm worker (`runs.warm_worker`)."""
+    Shared by the cold process (`main`) and the warm worker (`runs.warm_worker`).
+    The process first lowers its CPU priority (`runs.pool.worker_nice`): for good, it exits
+    after this run."""
+    _lower_priority()
     try:
         train(run_id, store, max_wall_s=max_wall_s, full_recording=full_recording)
     except StoreUnavailable:  # already logged in one line by `train`: no traceback
@@ -234,6 +237,19 @@ def run_one(store: RunStore, run_id: int, max_wall_s: float | None = None,
     finally:
         _hand_over(store)
     return 0
+
+
+def _lower_priority() -> None:
+    """`os.nice(runs.pool.worker_nice())`; a refusal (a bad setting, a platform without
+    `os.nice`) is logged and the run trains at the priority it has."""
+    from runs.pool import worker_nice
+
+    try:
+        nice = worker_nice()
+        if nice:
+            os.nice(nice)
+    except (ValueError, OSError, AttributeError) as error:
+        _log(f"the run keeps its CPU priority: {error}")
 
 
 def _hand_over(store: RunStore) -> None:

@@ -237,13 +237,17 @@ def session_values(config: RunConfig) -> dict[str, Any]:
     return out
 
 
+def page_default_fields() -> tuple[str, ...]:
+    """The fields whose Train-page default differs from `RunConfig()`'s (`page_default` in the
+    table): `("label_noise",)`."""
+    return tuple(field for field in names() if "page_default" in extra(field))
+
+
 def page_defaults() -> RunConfig:
     """The Train page's initial setup: `RunConfig()` with each field's `page_default` from the
     table where one is declared (`label_noise` 0.3: a default setup where optimizers keep
     differing, README "Default setup"); the command line and config files keep `RunConfig()`."""
-    overrides = {field: extra(field)["page_default"] for field in names()
-                 if "page_default" in extra(field)}
-    return RunConfig(**overrides)
+    return RunConfig(**{field: extra(field)["page_default"] for field in page_default_fields()})
 
 
 def session_defaults() -> dict[str, Any]:

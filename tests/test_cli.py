@@ -150,6 +150,17 @@ def test_bad_pool_size_is_one_line_naming_the_variable(value, tmp_path, monkeypa
 
 
 @pytest.mark.slow  # a real process (it imports TensorFlow)
+def test_bad_worker_nice_is_one_line_naming_the_variable(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPTIMIZER_LAB_WORKER_NICE", "-5")
+    store = tmp_path / "runs.sqlite"
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--steps", "1", "--store", str(store)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "OPTIMIZER_LAB_WORKER_NICE='-5' refused" in err, err
+    assert "[0, 19]" in err and not store.exists()
+
+
 def test_bad_pool_size_process_exits_2_without_traceback(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3",
                OPTIMIZER_LAB_HOME=str(tmp_path), OPTIMIZER_LAB_POOL_SIZE="abc")

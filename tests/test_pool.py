@@ -56,6 +56,34 @@ def test_pool_size_default_and_tab_policy(monkeypatch):
         control.tab_close_policy()
 
 
+@pytest.mark.parametrize("raw", ["-1", "20", "ten", "2.5"])
+def test_worker_nice_setting_is_validated(monkeypatch, raw):
+    monkeypatch.setenv(control.NICE_ENV, raw)
+    with pytest.raises(ValueError, match=r"OPTIMIZER_LAB_WORKER_NICE=.*integer in \[0, 19\]"):
+        control.worker_nice()
+
+
+def test_worker_nice_default_and_off(monkeypatch):
+    monkeypatch.delenv(control.NICE_ENV, raising=False)
+    assert control.worker_nice() == 10
+    monkeypatch.setenv(control.NICE_ENV, " 0 ")
+    assert control.worker_nice() == 0
+
+
+@pytest.mark.slow
+def test_a_training_run_yields_the_cpu_to_the_page(store, monkeypatch):
+    """The run process trains `OPTIMIZER_LAB_WORKER_NICE` (here 7) below the priority it was
+    started with, so the server and browser that watch it get the CPU first."""
+    monkeypatch.setenv(control.NICE_ENV, "7")
+    run_id = control.start_run(RunConfig(**TINY, steps=1_000_000), store)
+    try:
+        run = control.wait_for_status(store, run_id, "running", timeout_s=120)
+        assert os.getpriority(os.PRIO_PROCESS, run["pid"]) == min(os.nice(0) + 7, 19)
+    finally:
+        control.stop(store, run_id)
+        control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
+
+
 def test_claim_respects_the_pool_and_the_order(store):
     ids = [store.create_run(RunConfig(**TINY, steps=10).to_json_dict(), status="queued")
            for _ in range(4)]

@@ -34,6 +34,21 @@ def test_link_fills_the_setup_and_setup_writes_the_link():
     assert at.query_params["hp.learning_rate"] == "0.05"
 
 
+def test_a_link_without_label_noise_keeps_the_page_default():
+    """A hand-written link names a few fields; the others are the page's defaults (label noise
+    0.3, README "Default setup"), not `RunConfig()`'s 0. A link that says 0 gets 0."""
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params.update({"optimizer": "sgd", "hp.learning_rate": "0.05"})
+    at.run()
+    assert not at.exception, at.exception
+    assert at.number_input(key="hp_sgd_learning_rate").value == pytest.approx(0.05)
+    assert at.number_input(key="label_noise").value == pytest.approx(0.3)
+    at = AppTest.from_file(PAGE, default_timeout=60)
+    at.query_params.update({"optimizer": "sgd", "label_noise": "0.0"})
+    at.run()
+    assert at.number_input(key="label_noise").value == 0.0
+
+
 def test_bad_link_is_ignored_with_a_message_naming_the_parameter():
     at = AppTest.from_file(PAGE, default_timeout=60)
     at.query_params.update({"optimizer": "adam", "hp.beta_1": "2"})
