@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import queue
+import sqlite3
 import threading
 import time
 from typing import Any, Callable
@@ -95,6 +96,7 @@ class _Run:
         self._writer = threading.Thread(target=self._write_loop, name="store-writer",
                                         daemon=True)
         self._writer.start()
+        self._poll_con: sqlite3.Connection | None = None  # opened by the first poll
 
     # ----- store ------------------------------------------------------------------------
     def _write_loop(self) -> None:
@@ -127,9 +129,12 @@ class _Run:
                 raise self._error
 
     def close(self) -> None:
-        """Drain and end the writer thread."""
+        """Drain and end the writer thread; close the polling connection."""
         self._queue.put(None)
         self._writer.join(timeout=60)
+        if self._poll_con is not None:
+            self._poll_con.close()
+            self._poll_con = None
 
     def save_meta(self) -> None:
         """The hyper-gradient cost meter and auto-tune state into `runs.hypergradient_meta`."""
@@ -146,7 +151,12 @@ class _Run:
     # ----- commands -----------------------------------------------------------------------
     def poll(self) -> None:
         self.last_poll = time.monotonic()
-        for command in commands.pending(self.store, self.run_id):
+        if self._poll_con is None:  # held for the run's life: polls read in microseconds
+            try:
+                self._poll_con = sqlite3.connect(self.store.path, timeout=30.0)
+            except sqlite3.Error:
+                pass  # `commands.pending` opens its own and raises the store's error
+        for command in commands.pending(self.store, self.run_id, self._poll_con):
             commands.handle(self, command)
         if self.last_poll - self.last_tab_check >= TAB_CHECK_EVERY_S:
             self.last_tab_check = self.last_poll

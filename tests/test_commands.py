@@ -193,3 +193,21 @@ def test_malformed_rows_in_a_real_run_are_refused_and_the_run_finishes(store):
     run = control.wait_for_status(store, run_id, "finished", timeout_s=300)
     assert run["step"] == 4000, run["message"]
     assert run["optimizer_config"]["learning_rate"] == 0.01
+
+
+def test_polling_through_a_held_connection_sees_every_new_command(tmp_path):
+    """The run loop polls through one connection held for the whole run: each poll still sees
+    the commands other connections committed since (no snapshot kept between reads), and a
+    connection that broke falls back to a fresh one."""
+    store = RunStore(tmp_path / "runs.sqlite")
+    run_id = store.create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",
+                               "seed": 0, "steps": 10})
+    held = sqlite3.connect(store.path)
+    assert commands.pending(store, run_id, held) == []
+    first = store.send_command(run_id, "pause")
+    assert [c["id"] for c in commands.pending(store, run_id, held)] == [first]
+    store.finish_command(first, "done", "")
+    second = store.send_command(run_id, "resume")
+    assert [c["id"] for c in commands.pending(store, run_id, held)] == [second]
+    held.close()  # a closed connection raises sqlite3.ProgrammingError: read afresh
+    assert [c["kind"] for c in commands.pending(store, run_id, held)] == ["resume"]
