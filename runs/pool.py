@@ -82,8 +82,8 @@ def pool_size() -> int:
 
 
 def worker_nice() -> int:
-    """How much a run process lowers its CPU priority while it trains (`os.nice`):
-    `OPTIMIZER_LAB_WORKER_NICE`, default 10, 0 = not at all.
+    """How much a run process lowers its CPU priority once its first step is recorded
+    (`os.nice`): `OPTIMIZER_LAB_WORKER_NICE`, default 10, 0 = not at all.
 
     Why: a run keeps its cores busy for as long as it trains, while the page that watches it
     (the Streamlit server and the browser, on the same small machine in a class) needs CPU in
@@ -150,7 +150,7 @@ def dispatch(store: RunStore, size: int | None = None) -> list[int]:
     """
     reap()
     warm = warm_enabled()  # settings checked before a run is claimed, never after
-    worker_nice()
+    worker_nice()  # a bad OPTIMIZER_LAB_WORKER_NICE is refused here, before a run is claimed
     started = store.claim_queued(pool_size() if size is None else size, memory_budget_mb())
     for run_id in started:
         if not (warm and _assign_warm(store, run_id)):

@@ -97,6 +97,7 @@ class _Run:
                                         daemon=True)
         self._writer.start()
         self._poll_con: sqlite3.Connection | None = None  # opened by the first poll
+        self.after_first_step: Callable[[], None] | None = None  # e.g. lower the priority
 
     # ----- store ------------------------------------------------------------------------
     def _write_loop(self) -> None:
@@ -239,6 +240,8 @@ class _Run:
             self.flush()
             self.save_optimizer()
             self.save_meta()
+            if self.after_first_step is not None:
+                self.after_first_step()
 
     def effective_lr(self) -> float | None:
         """The learning rate the next step uses, when the run has (or had) a schedule or

@@ -136,6 +136,11 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
             if full_recording else recording.should_histogram
         run = _Run(run_id, store, engine, config.steps, config.eval_every, record, histogram,
                    hyper=hyper)
+        # Once the first step is recorded, train at a lower CPU priority (for good: the process
+        # exits after this run). Not before: the start (engine, first trace, first step) keeps
+        # the server's priority, so Start -> first step is not delayed by the page or a warm
+        # worker warming up beside it.
+        run.after_first_step = _lower_priority
         run.buffers["hyper_changes"] = [
             HyperChangeRow(1, name, None, value, "init")
             for name, value in engine.optimizer.hyper_values().items()
@@ -220,10 +225,7 @@ def run_one(store: RunStore, run_id: int, max_wall_s: float | None = None,
             full_recording: bool = False) -> int:
     """Train one run in this process (`train`), report a failure on stderr, then hand the pool
     place over (`_hand_over`); returns the exit code of the process (0 unless the run failed).
-    Shared by the cold process (`main`) and the warm worker (`runs.warm_worker`).
-    The process first lowers its CPU priority (`runs.pool.worker_nice`): for good, it exits
-    after this run."""
-    _lower_priority()
+    Shared by the cold process (`main`) and the warm worker (`runs.warm_worker`)."""
     try:
         train(run_id, store, max_wall_s=max_wall_s, full_recording=full_recording)
     except StoreUnavailable:  # already logged in one line by `train`: no traceback

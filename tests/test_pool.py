@@ -72,12 +72,17 @@ def test_worker_nice_default_and_off(monkeypatch):
 
 @pytest.mark.slow
 def test_a_training_run_yields_the_cpu_to_the_page(store, monkeypatch):
-    """The run process trains `OPTIMIZER_LAB_WORKER_NICE` (here 7) below the priority it was
-    started with, so the server and browser that watch it get the CPU first."""
+    """Once its first step is recorded, the run process trains `OPTIMIZER_LAB_WORKER_NICE`
+    (here 7) below the priority it was started with, so the server and browser that watch it
+    get the CPU first."""
     monkeypatch.setenv(control.NICE_ENV, "7")
     run_id = control.start_run(RunConfig(**TINY, steps=1_000_000), store)
     try:
         run = control.wait_for_status(store, run_id, "running", timeout_s=120)
+        deadline = time.monotonic() + 60
+        while store.run(run_id)["step"] < 2:  # step 1 recorded, and the loop went on
+            assert time.monotonic() < deadline, "the run made no second step in 60 s"
+            time.sleep(0.1)
         assert os.getpriority(os.PRIO_PROCESS, run["pid"]) == min(os.nice(0) + 7, 19)
     finally:
         control.stop(store, run_id)
