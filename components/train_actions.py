@@ -9,6 +9,7 @@ page to show.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pydantic
@@ -123,9 +124,29 @@ def on_hyper_change(name: str) -> None:
         keeps = f"; it goes on with {name} = {current:.6g}" if isinstance(current, float) else ""
         state["live_messages"] = [("error", f"not sent to run #{run['id']}{keeps}: {error}")]
         return
+    done = wait_until_handled(command) == "done"
     state["live_messages"] = [
-        ("success", f"{name} = {value:.6g} sent to run #{run['id']} (command {command})")
+        ("success", f"{name} = {value:.6g} {'applied to' if done else 'sent to'} run "
+                    f"#{run['id']} (command {command})")
     ]
+
+
+# How long a live change's callback waits for the run to carry the command out. The run polls
+# every 0.1 s and makes the change's rows readable before it marks the command done, so the
+# rerun that follows the callback already draws the change (trace, marker, changes table)
+# instead of the next 0.5 s refresh. A run busy for longer (a retrace) is not waited for.
+HANDLED_WAIT_S = 0.5
+
+
+def wait_until_handled(command: int, timeout_s: float = HANDLED_WAIT_S) -> str | None:
+    """The command's status once it is no longer `pending`, or after `timeout_s` seconds
+    (then `pending`); polls the store every 20 ms."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = store().command_status(command)
+        if status != "pending" or time.monotonic() >= deadline:
+            return status
+        time.sleep(0.02)
 
 
 def on_schedule_change(name: str) -> None:
@@ -160,6 +181,7 @@ def on_schedule_change(name: str) -> None:
     except (control.NotOwner, ValueError) as error:
         state["live_messages"] = [("error", f"{name} not sent: {error}")]
         return
+    wait_until_handled(command)  # the rerun after this callback then draws the change
     if isinstance(value, dict) and kind == "assign":
         before = now["config"] if now else {}
         shown = value["class_name"] + " (" + ", ".join(

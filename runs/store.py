@@ -432,6 +432,13 @@ class RunStore(RecordTables):
                 (status, message, step, command_id),
             )
 
+    def command_status(self, command_id: int) -> str | None:
+        """`pending`, `done` or `refused`; None for an unknown command id."""
+        with self._connect() as con:
+            row = con.execute("SELECT status FROM commands WHERE id = ?",
+                              (command_id,)).fetchone()
+        return row[0] if row else None
+
     def commands(self, run_id: int) -> pd.DataFrame:
         """Every command of a run: `id, created, kind, payload, status, message, step`."""
         return self._frame(

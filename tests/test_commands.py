@@ -211,3 +211,14 @@ def test_polling_through_a_held_connection_sees_every_new_command(tmp_path):
     assert [c["id"] for c in commands.pending(store, run_id, held)] == [second]
     held.close()  # a closed connection raises sqlite3.ProgrammingError: read afresh
     assert [c["kind"] for c in commands.pending(store, run_id, held)] == ["resume"]
+
+
+def test_command_status_follows_the_command(tmp_path):
+    store = RunStore(tmp_path / "runs.sqlite")
+    run_id = store.create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",
+                               "seed": 0, "steps": 10})
+    command = store.send_command(run_id, "pause")
+    assert store.command_status(command) == "pending"
+    store.finish_command(command, "refused", "the run is paused")
+    assert store.command_status(command) == "refused"
+    assert store.command_status(command + 1000) is None
