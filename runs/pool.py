@@ -70,15 +70,7 @@ def pool_size() -> int:
     Raises:
         ValueError: the variable is not an integer in [1, 64].
     """
-    raw = os.environ.get(POOL_SIZE_ENV, "").strip() or str(DEFAULT_POOL_SIZE)
-    try:
-        size = int(raw)
-    except ValueError:
-        size = 0
-    if not 1 <= size <= MAX_POOL_SIZE:
-        raise ValueError(f"{POOL_SIZE_ENV}={raw!r} refused: must be an integer in "
-                         f"[1, {MAX_POOL_SIZE}]")
-    return size
+    return _env_int(POOL_SIZE_ENV, DEFAULT_POOL_SIZE, 1, MAX_POOL_SIZE)
 
 
 def worker_nice() -> int:
@@ -93,15 +85,23 @@ def worker_nice() -> int:
     Raises:
         ValueError: the variable is not an integer in [0, 19].
     """
-    raw = os.environ.get(NICE_ENV, "").strip() or str(DEFAULT_NICE)
+    return _env_int(NICE_ENV, DEFAULT_NICE, 0, 19, " (0: the run keeps the server's priority)")
+
+
+def _env_int(name: str, default: int, low: int, high: int, note: str = "") -> int:
+    """The integer environment variable `name` (`default` when unset or blank).
+
+    Raises:
+        ValueError: not an integer in [low, high] (the message names the variable).
+    """
+    raw = os.environ.get(name, "").strip() or str(default)
     try:
-        nice = int(raw)
+        value = int(raw)
     except ValueError:
-        nice = -1
-    if not 0 <= nice <= 19:
-        raise ValueError(f"{NICE_ENV}={raw!r} refused: must be an integer in [0, 19] (0: the "
-                         f"run keeps the server's priority)")
-    return nice
+        value = low - 1
+    if not low <= value <= high:
+        raise ValueError(f"{name}={raw!r} refused: must be an integer in [{low}, {high}]{note}")
+    return value
 
 
 def warm_enabled() -> bool:
