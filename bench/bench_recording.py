@@ -23,6 +23,12 @@
    its guard and the stride-10 statistics), validation every 25 steps 2.7 %, the Python
    after each step ~3 % (the first NumPy call after a TensorFlow call costs 20-50 us here),
    command polls 0.1 % (one held connection; 1 % with a connection per poll).
+   Stop 23 (alternating with the previous tree, same sitting): a graph-mode train step per
+   recording level instead of one step with `tf.cond`s (`engine.train_step`: the untaken
+   branches' ~590 nodes were still walked every step) took the default from 0.906 / 0.892 to
+   0.987 / 0.978 (default steps/s 430 / 410 -> 452 / 435) and full recording from 0.781 /
+   0.801 to 0.810 / 0.807. Each level's first call (trace and graph optimisation, once per
+   run) is made before the timing, as the step-1 trace is.
 2. A 20,000-step run (moons MLP, full recording; 2,000 with --quick) in a real worker
    subprocess: its peak RSS (from `wait4`; a 200-step run gives the baseline of TensorFlow
    itself) and the store's size in bytes.
@@ -90,6 +96,8 @@ def recorded_loop(config: RunConfig, steps: int, store: RunStore, decimated: boo
         histogram = lambda s: s % recording.HISTOGRAM_FACTOR == 0 or s == 1  # noqa: E731
     run = worker._Run(run_id, store, engine, total, config.eval_every, record, histogram)
     run.one_step()  # trace + step-1 bookkeeping outside the timing
+    for record in (True, False):  # each recording level's first call (trace, graph
+        engine.step(record=record)  # optimisation: ~0.4-0.7 s once per run) outside it too
     run.step += offset  # the loop goes on at step 1,001: the stride-10 range
     engine.evaluate()  # trace the eval function outside the timing too
     start = time.perf_counter()

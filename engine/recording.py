@@ -158,7 +158,7 @@ def series_stats(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
         scales.append(scale)
         means.append(mean)
         variances.append(tf.reduce_mean(tf.math.squared_difference(y, mean)))
-        counts.append(tf.cast(tf.size(x), tf.float32))  # static or not (a `tf.cond`'s output)
+        counts.append(tf.cast(tf.size(x), tf.float32))  # also when the static shape is unknown
     scale, mean, variance = tf.stack(scales), tf.stack(means), tf.stack(variances)
     norm = scale * tf.sqrt(tf.stack(counts) * (variance + mean * mean))
     norm = tf.where(tf.math.is_nan(norm), norm, tf.minimum(norm, tf.float32.max))

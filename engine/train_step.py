@@ -4,10 +4,20 @@
 from (config, seed): the initial weights come from `build_model(seed)` and the batch order from
 `BatchOrder(n_train, batch_size, seed)` (a NumPy `RandomState(seed)` permutation per epoch).
 
-The train step is ONE `tf.function` with a fixed input signature (int32 batch indices [batch],
-int32 recording level: 0 nothing, 1 slot statistics, 2 statistics and histograms, each behind a
-`tf.cond`), so it traces exactly once (`Engine.traces` counts traces; live
-hyperparameter changes assign the optimizer's existing `tf.Variable`s and do not retrace).
+The train step has three recording levels: 0 nothing (a finiteness guard only), 1 slot
+statistics, 2 statistics and histograms. Its input signature is fixed (int32 batch indices
+[batch]), so each compile of the step traces once per level and never again: live
+hyperparameter changes assign the optimizer's existing `tf.Variable`s and do not retrace
+(`Engine.traces` counts compiles). In graph mode every level is its own `tf.function`, traced
+on its first use: a `tf.cond` on a level tensor would keep the untaken branches in the graph,
+and the executor still passes a dead tensor through each of their nodes on every step (digits
+MLP: 215 ops at level 0, 453 at 1, 801 at 2; the step that records nothing cost 1.11-1.16x the
+same step without the conds, measured side by side). A level's first use pays its trace and
+graph optimisation once, 0.4-0.7 s here: at a run's step 2 (statistics) and step 1,001
+(nothing, `recording.stride`); a warm worker's prepared engine pays them ahead
+(`engine.prepared`). Under XLA one function takes the level as an int32 tensor behind
+`tf.cond`s, which XLA compiles as conditionals: three programs would triple its 2.4-8 s
+compile.
 
 A config's `lr_schedule` is built as an `optimizers.schedules.LiveSchedule` (its numbers in
 variables) and passed as `learning_rate=`; `decay` sets OptimizerV2's legacy `_initial_decay`.
@@ -19,7 +29,7 @@ The training and validation sets live on the device as constants; a step gathers
 
 from __future__ import annotations
 
-
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -35,8 +45,18 @@ from engine.data import load_dataset
 from engine.models import build_model
 
 
-# Recording levels passed to the train step: nothing, slot statistics, statistics + histograms.
-_LEVELS = (tf.constant(0), tf.constant(1), tf.constant(2))
+# Recording levels of the train step: nothing, slot statistics, statistics + histograms.
+NOTHING, STATISTICS, HISTOGRAMS = 0, 1, 2
+_LEVEL_TENSORS = (tf.constant(0), tf.constant(1), tf.constant(2))  # the XLA step's argument
+
+
+def _by_level(level, at_least: int, then, otherwise):
+    """`then()` when the recording `level` is >= `at_least`, else `otherwise()`: chosen in
+    Python when `level` is an int (graph mode: the traced step holds only the branch it runs),
+    by a `tf.cond` when it is a tensor (XLA: one program for every level)."""
+    if isinstance(level, int):
+        return then() if level >= at_least else otherwise()
+    return tf.cond(level >= at_least, then, otherwise)
 
 
 class BatchOrder:
@@ -85,7 +105,7 @@ class Engine:
 
     Attributes:
         series: `(variable_label, slot)` list naming the rows of the packed stats/histograms.
-        traces: number of times the train step was traced (1 in a healthy run).
+        traces: number of compiles of the train step (1 in a healthy run; + 1 per retrace).
     """
 
     def __init__(self, config: RunConfig, device: str):
@@ -113,32 +133,60 @@ class Engine:
         self.series = recording.slot_series(self.variables, self.optimizer)
         self.order = BatchOrder(data.n_train, config.batch_size, config.seed)
         self.traces = 0
-        self.train_functions: list = []  # every tf.function of the train step, oldest first
-        self._train = self._compile_train()
+        # per compile of the train step (oldest first): level -> its tf.function
+        self.train_functions: list[dict[int, Any]] = []
+        self._steps: dict[int, Callable] = {}  # level -> the current compile's step
+        self._last_level = HISTOGRAMS  # a retrace traces the level last used right away
+        self._compile_train(HISTOGRAMS)  # a run's step 1 records histograms
         self._eval = tf.function(self._eval_step).get_concrete_function()
 
-    def _compile_train(self):
-        """A new `tf.function` of the train step, traced now (concrete: called without
-        tf.function's argument binding). A retrace needs a NEW function: the old one would
-        return its cached trace for the same input signature."""
-        spec = [tf.TensorSpec([self.config.batch_size], tf.int32), tf.TensorSpec([], tf.int32)]
-        # `config.compiler`: XLA compiles for 2.4-8 s before the first step (measured here),
-        # for about the same steps/s on these models, so a run starts in graph mode by default
-        function = tf.function(self._train_step, input_signature=spec,
-                               jit_compile=self.config.compiler == "xla")
-        self.train_functions.append(function)
-        return function.get_concrete_function()
+    def _compile_train(self, level: int) -> None:
+        """Start a new compile of the train step (`traces` + 1) and trace `level`'s function
+        now; the other levels trace on their first use. A retrace needs NEW functions: the old
+        ones would return their cached trace for the same input signature."""
+        self.traces += 1
+        self.train_functions.append({})
+        self._steps = {}
+        self._step_function(level)
+
+    def _step_function(self, level: int) -> Callable:
+        """The current compile's train step at recording `level`, traced on first use: a
+        callable of int32 batch indices [batch] returning (loss, stats, histograms)."""
+        step = self._steps.get(level)
+        if step is not None:
+            return step
+        functions = self.train_functions[-1]
+        indices = tf.TensorSpec([self.config.batch_size], tf.int32)
+        if self.config.compiler == "xla":
+            # `config.compiler`: XLA compiles for 2.4-8 s before the first step (measured
+            # here), for about the same steps/s on these models, so a run starts in graph mode
+            # by default. One program serves every level (see the module docstring).
+            if not functions:
+                functions[HISTOGRAMS] = tf.function(
+                    self._train_step, jit_compile=True,
+                    input_signature=[indices, tf.TensorSpec([], tf.int32)])
+            concrete = functions[HISTOGRAMS].get_concrete_function()
+            level_tensor = _LEVEL_TENSORS[level]
+            step = lambda batch: concrete(batch, level_tensor)  # noqa: E731
+        else:
+            functions[level] = tf.function(lambda batch: self._train_step(batch, level),
+                                           input_signature=[indices])
+            step = functions[level].get_concrete_function()  # called without argument binding
+        self._steps[level] = step
+        return step
 
     def retrace(self) -> None:
-        """Rebuild the train step (one more trace, `traces` + 1): after a change of Python state
-        the old trace baked in (`optimizers.base.trace_signature`), e.g. SGD/RMSprop momentum
-        crossing 0 on the fused path."""
-        self._train = self._compile_train()
+        """Rebuild the train step (one more compile, `traces` + 1): after a change of Python
+        state the old trace baked in (`optimizers.base.trace_signature`), e.g. SGD/RMSprop
+        momentum crossing 0 on the fused path."""
+        self._compile_train(self._last_level)
 
     def tracing_count(self) -> int:
-        """Traces of the train step: the sum of `experimental_get_tracing_count()` over its
-        tf.functions (equals `traces`)."""
-        return sum(f.experimental_get_tracing_count() for f in self.train_functions)
+        """Traces of the train step counted from TensorFlow: per compile, the most traces of any
+        of its functions (1 when nothing retraced behind `traces`' back), summed (equals
+        `traces`)."""
+        return sum(max((f.experimental_get_tracing_count() for f in functions.values()),
+                       default=0) for functions in self.train_functions)
 
     def effective_learning_rate(self) -> float:
         """What `_decayed_lr` returns now (schedule at `iterations`, then / (1 + decay *
@@ -184,7 +232,7 @@ class Engine:
         if schedule is None and self.live_schedule is None:  # a new decay only
             changes["decay"] = (self.decay, decay)
             self.decay = self.lr_owner._initial_decay = decay
-            self._train = self._compile_train()
+            self._compile_train(self._last_level)
             return "retrace", changes
         with tf.device(self.device):
             if schedule is not None:
@@ -203,11 +251,10 @@ class Engine:
             changes["decay"] = (self.decay, decay)
         self.live_schedule, self.decay = live, decay
         self.lr_owner._initial_decay = decay
-        self._train = self._compile_train()
+        self._compile_train(self._last_level)
         return "retrace", changes
 
     def _train_step(self, indices, level):
-        self.traces += 1  # Python side effect: runs once per trace only
         with tf.device(self.device):
             return self._train_body(indices, level)
 
@@ -216,20 +263,21 @@ class Engine:
         if recording.in_xla_context():  # XLA needs one shape per value; it elides copies
             before = [v.read_value() for v in self.variables]
         else:  # graph mode: copy the old values (for `update`) only on steps that record
-            before = tf.cond(level >= 1, lambda: [v.read_value() for v in self.variables],
-                             lambda: [tf.zeros([0], v.dtype) for v in self.variables])
+            before = _by_level(level, STATISTICS,
+                               lambda: [v.read_value() for v in self.variables],
+                               lambda: [tf.zeros([0], v.dtype) for v in self.variables])
         with tf.GradientTape() as tape:
             loss = cross_entropy(y, self.model(x, training=True))
         grads = tape.gradient(loss, self.variables)
         self.optimizer.apply_gradients(zip(grads, self.variables))
         n = len(self.series)
-        stats = tf.cond(  # only a finiteness guard on steps that record nothing (decimation)
-            level >= 1,
+        stats = _by_level(  # only a finiteness guard on steps that record nothing (decimation)
+            level, STATISTICS,
             lambda: recording.packed_stats(self.variables, self.optimizer, before),
             lambda: recording.finite_guard(self.variables, self.optimizer),
         )
-        hists = tf.cond(
-            level >= 2,
+        hists = _by_level(
+            level, HISTOGRAMS,
             lambda: recording.packed_histograms(self.variables, self.optimizer, before),
             lambda: tf.zeros([n, 2 + recording.BINS], tf.float32),
         )
@@ -255,9 +303,13 @@ class Engine:
             neither `record` nor `with_histograms`, the stats are `recording.finite_guard`
             (zeros, NaN rows for non-finite series).
         """
-        level = _LEVELS[2 if with_histograms else 1 if record else 0]
+        level = HISTOGRAMS if with_histograms else STATISTICS if record else NOTHING
+        self._last_level = level
+        step = self._steps.get(level)
+        if step is None:
+            step = self._step_function(level)
         with tf.device(self.device):  # an XLA-compiled call runs where it is called from
-            return self._train(tf.constant(self.order.next()), level)
+            return step(tf.constant(self.order.next()))
 
     def evaluate(self) -> tuple[float, float]:
         """(validation loss in nats, validation accuracy in [0, 1]) on the whole split."""
