@@ -96,8 +96,8 @@ def recorded_loop(config: RunConfig, steps: int, store: RunStore, decimated: boo
         histogram = lambda s: s % recording.HISTOGRAM_FACTOR == 0 or s == 1  # noqa: E731
     run = worker._Run(run_id, store, engine, total, config.eval_every, record, histogram)
     run.one_step()  # trace + step-1 bookkeeping outside the timing
-    for record in (True, False):  # each recording level's first call (trace, graph
-        engine.step(record=record)  # optimisation: ~0.4-0.7 s once per run) outside it too
+    for statistics_level in (True, False):  # each recording level's first call (trace,
+        engine.step(record=statistics_level)  # graph optimisation: ~0.4-0.7 s once per run)
     run.step += offset  # the loop goes on at step 1,001: the stride-10 range
     engine.evaluate()  # trace the eval function outside the timing too
     start = time.perf_counter()
