@@ -305,9 +305,7 @@ class Engine:
         """
         level = HISTOGRAMS if with_histograms else STATISTICS if record else NOTHING
         self._last_level = level
-        step = self._steps.get(level)
-        if step is None:
-            step = self._step_function(level)
+        step = self._step_function(level)  # cached after the level's first use
         with tf.device(self.device):  # an XLA-compiled call runs where it is called from
             return step(tf.constant(self.order.next()))
 
