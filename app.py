@@ -12,11 +12,6 @@ import streamlit as st
 
 st.set_page_config(page_title="Optimizer Lab", layout="wide")
 
-from components.plugin_loader import load_plugins, start_plugin_check
-from components.session_runs import keep_alive, remember_browser
-from components.store_guard import store_guard
-from runs.store import RunStore, default_store_path
-
 HOME = st.Page("views/home.py", title="Home", icon=":material/school:", default=True)
 TRAIN = st.Page("views/train.py", title="Train", icon=":material/model_training:")
 PAGES = [
@@ -37,19 +32,43 @@ PAGES = [
             icon=":material/memory:"),
 ]
 
-pg = st.navigation(PAGES)
-# Plugins are contract-checked once per server in a child process (~5 s: it imports
-# TensorFlow). Home lists no optimizer: it only starts the check, so its first paint does not
-# wait. Train paints with the built-in optimizers and adds the plugins when the check answers
-# (it waits only for a link or lesson naming an optimizer not registered yet:
-# components/train_setup.py).
-# Every other page may name a plugin optimizer (a run) and waits for it.
-if pg is HOME or pg is TRAIN:  # (without a runtime, `st.navigation` returns a stand-in)
-    start_plugin_check()
-else:
-    load_plugins()
-with st.sidebar:  # renders nothing: this browser's token cookie, its heartbeat, the dispatcher
+def check_plugins(page) -> None:
+    """Plugins are contract-checked once per server in a child process (~5 s: it imports
+    TensorFlow). Home lists no optimizer: it only starts the check, so its first paint does not
+    wait. Train paints with the built-in optimizers and adds the plugins when the check answers
+    (it waits only for a link or lesson naming an optimizer not registered yet:
+    components/train_setup.py). Every other page may name a plugin optimizer (a run) and waits
+    for it."""
+    from components.plugin_loader import load_plugins, start_plugin_check
+
+    if page is HOME or page is TRAIN:  # (without a runtime, `st.navigation` returns a stand-in)
+        start_plugin_check()
+    else:
+        load_plugins()
+
+
+def sidebar_services() -> None:
+    """Renders nothing: this browser's token cookie, its heartbeat, the dispatcher."""
+    from components.session_runs import keep_alive, remember_browser
+    from components.store_guard import store_guard
+    from runs.store import RunStore, default_store_path
+
     remember_browser()
     with store_guard():  # a read-only or full data directory: one line, not a traceback
         keep_alive(RunStore(default_store_path()))
-pg.run()
+
+
+pg = st.navigation(PAGES)
+# The services' place is fixed before the page adds its own sidebar widgets (the heartbeat
+# fragment's identity follows its position); they run after the page, so Home's heading is
+# sent before they import pandas and the store (~1 s of the first paint on this machine).
+services = st.sidebar.container()
+if pg is not HOME:
+    check_plugins(pg)
+try:
+    pg.run()
+finally:  # also after st.stop(): a page that stops early keeps its heartbeat
+    with services:
+        sidebar_services()
+    if pg is HOME:  # after the page: the check's child imports TensorFlow beside the paint
+        check_plugins(pg)
