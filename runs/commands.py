@@ -49,9 +49,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
-from engine import recording
 from engine.record_rows import HyperChangeRow
-from optimizers.base import trace_signature
 from optimizers.hyperparams import InvalidHyperparameter
 from optimizers.schedule_specs import ScheduleError, validate_schedule
 from settings import fields as setting_fields
@@ -129,6 +127,10 @@ SCHEDULE_NAMES = ("lr_schedule", "decay")  # `set_hyper` names that are run sett
 
 
 def _set_hyper(run: "_Run", command_id: int, payload: SetHyper) -> None:
+    # Handlers run in the run process, which has TensorFlow; the pages import this module
+    # (the payload models) in the server, which must not (tests/test_tf_free_server.py).
+    from optimizers.base import trace_signature
+
     if payload.name in SCHEDULE_NAMES:
         _set_schedule(run, payload)
         return
@@ -164,6 +166,8 @@ def _set_hyper(run: "_Run", command_id: int, payload: SetHyper) -> None:
 
 def _set_schedule(run: "_Run", payload: SetHyper) -> None:
     """`set_hyper` of `lr_schedule` or `decay` (see the module docstring)."""
+    from engine import recording  # TensorFlow: in the run process only (see `_set_hyper`)
+
     engine = run.engine
     if not hasattr(engine, "set_schedule"):
         raise Refused(f"set_hyper {payload.name} refused: this engine has no live schedule")

@@ -186,6 +186,43 @@ def test_train_renders_without_tensorflow(tmp_path):
     assert_tf_free(result)
 
 
+def test_start_and_every_command_from_the_train_page_load_no_tensorflow(tmp_path):
+    """The server's side of a run: Start on the Train page (a run process is not started here:
+    `_launch` is a stand-in), then a live change, speed, pause, step, resume, the hyper-gradient
+    commands and stop as the pages send them. Until stop 24 `runs.commands` imported
+    `engine.recording` at module level, so the first Start put TensorFlow in the server
+    (4-5 s quiet, ~15 s beside a warm-up on 2 cores, ~750 MB)."""
+    result = probe("""
+        from streamlit.testing.v1 import AppTest
+        from runs import control, pool
+        from runs.store import RunStore, default_store_path
+        launched = []
+        pool._launch = lambda store, run_id: launched.append(run_id)
+        at = AppTest.from_file("app.py", default_timeout=300)
+        at.switch_page("views/train.py").run()
+        at.checkbox(key="hg_follow").check().run()  # for autotune and response slices
+        at.button(key="start").click().run()
+        store = RunStore(default_store_path())
+        run_id = int(store.runs()["id"].max())
+        store.set_status(run_id, "running", "", only_from=("starting",))
+        at.run()
+        at.number_input(key="hp_adam_learning_rate").set_value(0.002).run()
+        control.set_speed(store, run_id, 5.0)
+        control.pause(store, run_id)
+        store.set_status(run_id, "paused", "", only_from=("running",))
+        control.step(store, run_id)
+        control.resume(store, run_id)
+        control.autotune(store, run_id, "learning_rate", 1e-3)
+        control.response_slice(store, run_id, "learning_rate")
+        control.stop(store, run_id)
+        report(exception=[e.message for e in at.exception], launched=launched,
+               kinds=store.commands(run_id)["kind"].tolist())
+    """, env={"OPTIMIZER_LAB_HOME": str(tmp_path)})
+    assert result["exception"] == [] and result["launched"] == [1]
+    assert result["kinds"][:2] == ["set_speed", "set_hyper"] and "stop" in result["kinds"]
+    assert_tf_free(result)
+
+
 @pytest.mark.parametrize("page, title", [("views/runs_page.py", "Optimizer Lab · Runs"), (
     "views/hypergrad_page.py", "Optimizer Lab · Hyper-gradients")])
 def test_runs_and_hypergradient_pages_render_without_tensorflow(tmp_path, page, title):
