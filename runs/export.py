@@ -26,7 +26,7 @@ Import: `parse_import(data)` / `load_import(path)` take a config JSON or such a 
 of a bundle only its one `run-<id>/config.json` is read, size-checked before decompressing and
 CRC-checked, then parsed by `settings.config_file` (nothing in it is executed or unpickled).
 
-Never imports Streamlit; imports TensorFlow only inside `write_tensorboard` (its record writer).
+Never imports Streamlit or TensorFlow (`RecordFile` writes the TensorBoard events).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import socket
+import struct
 import tempfile
 import time
 import zipfile
@@ -46,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import google_crc32c
 import numpy as np
 import pandas as pd
 
@@ -199,6 +201,39 @@ def _tag(*parts: str) -> str:
     return "/".join(p.replace(" ", "_") for p in parts)
 
 
+class RecordFile:
+    """A TFRecord file, as `tf.io.TFRecordWriter` writes it, without TensorFlow (the server
+    exports from the Runs page and must not import it: ~4-5 s and ~750 MB on the first export).
+
+    Each record (TFRecord format, tensorflow/core/lib/io/record_writer.h): the data's length as
+    a little-endian uint64, that header's masked CRC-32C, the data, the data's masked CRC-32C
+    (uint32 each). The CRC is google-crc32c's C code: TensorBoard's own `RecordWriter` frames
+    the same way but computes CRC-32C in pure Python (~24 us per 80-byte event here, 4.7 s for
+    the ~200,000 events of a 50,000-step run, against 0.06 s).
+
+    Args:
+        path: the file, created or truncated.
+    """
+
+    def __init__(self, path: Path):
+        self._file = open(path, "wb")
+
+    @staticmethod
+    def masked_crc(data: bytes) -> int:
+        """CRC-32C of `data`, rotated right by 15 bits plus 0xa282ead8 (mod 2**32): TFRecord's
+        masking (tensorflow/core/lib/hash/crc32c.h, `Mask`)."""
+        crc = google_crc32c.value(data)
+        return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+    def write(self, data: bytes) -> None:
+        header = struct.pack("<Q", len(data))
+        self._file.write(header + struct.pack("<I", self.masked_crc(header)) + data
+                         + struct.pack("<I", self.masked_crc(data)))
+
+    def close(self) -> None:
+        self._file.close()
+
+
 def write_tensorboard(
     logdir: Path, config: dict[str, Any], scalars: pd.DataFrame, changes: pd.DataFrame,
     stats: pd.DataFrame, histograms: pd.DataFrame,
@@ -218,12 +253,11 @@ def write_tensorboard(
     from tensorboard.plugins.scalar import metadata as scalar_metadata
     from tensorboard.plugins.text import metadata as text_metadata
     from tensorboard.util import tensor_util
-    import tensorflow as tf
 
     logdir.mkdir(parents=True, exist_ok=True)
     wall_time = time.time()
     path = logdir / f"events.out.tfevents.{int(wall_time)}.{socket.gethostname()}.{os.getpid()}"
-    writer = tf.io.TFRecordWriter(str(path))
+    writer = RecordFile(path)
     writer.write(event_pb2.Event(wall_time=wall_time,
                                  file_version="brain.Event:2").SerializeToString())
     first_of: set[str] = set()

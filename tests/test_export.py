@@ -107,6 +107,54 @@ def test_tensorboard_events_read_back_with_tensorboard(exported):
     assert f"slots/{variable}/{slot}/norm" in tags and "config" in tags
 
 
+def test_event_records_pass_tensorflows_crc_checks(exported, tmp_path):
+    """`RecordFile` frames records as `tf.io.TFRecordWriter` does: TensorFlow's reader (which
+    checks both CRCs of every record) reads the export's events back, and a file written by
+    TensorFlow with the same records is byte for byte the same; one flipped byte is refused."""
+    import tensorflow as tf
+
+    from runs.export import RecordFile
+
+    _, _, paths, _ = exported
+    (events,) = paths.logdir.glob("events.out.tfevents.*")
+    records = [r.numpy() for r in tf.data.TFRecordDataset(str(events))]
+    assert len(records) > 100
+    with tf.io.TFRecordWriter(str(tmp_path / "tf")) as reference:
+        for record in records:
+            reference.write(record)
+    ours = RecordFile(tmp_path / "ours")
+    for record in records:
+        ours.write(record)
+    ours.close()
+    assert (tmp_path / "ours").read_bytes() == (tmp_path / "tf").read_bytes() == \
+        events.read_bytes()
+    assert RecordFile.masked_crc(b"") == 0xA282EAD8  # CRC-32C of nothing is 0: the mask alone
+    broken = bytearray(events.read_bytes())
+    broken[40] ^= 0xFF
+    (tmp_path / "broken").write_bytes(bytes(broken))
+    with pytest.raises(tf.errors.DataLossError):
+        list(tf.data.TFRecordDataset(str(tmp_path / "broken")))
+
+
+def test_export_loads_no_tensorflow(exported, tmp_path):
+    """The Runs page exports in the server, which never imports TensorFlow."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store, (first, _), _, _ = exported
+    code = ("import sys; from runs.store import RunStore; from runs.export import export_run; "
+            f"export_run(RunStore({str(store.path)!r}), {first}, {str(tmp_path)!r}); "
+            "print(sorted(m for m in ('tensorflow', 'tf_keras', 'keras') if m in sys.modules))")
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    assert list(tmp_path.glob(f"run-{first}/tensorboard/events.out.tfevents.*")) or \
+        list(tmp_path.rglob("events.out.tfevents.*"))
+
+
 def test_csv_and_parquet_tables(exported):
     store, (first, _), paths, _ = exported
     wide_csv = pd.read_csv(paths.tables["metrics"])
