@@ -136,25 +136,6 @@ def test_event_records_pass_tensorflows_crc_checks(exported, tmp_path):
         list(tf.data.TFRecordDataset(str(tmp_path / "broken")))
 
 
-def test_export_loads_no_tensorflow(exported, tmp_path):
-    """The Runs page exports in the server, which never imports TensorFlow."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    store, (first, _), _, _ = exported
-    code = ("import sys; from runs.store import RunStore; from runs.export import export_run; "
-            f"export_run(RunStore({str(store.path)!r}), {first}, {str(tmp_path)!r}); "
-            "print(sorted(m for m in ('tensorflow', 'tf_keras', 'keras') if m in sys.modules))")
-    root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(root)))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[]"
-    assert list(tmp_path.glob(f"run-{first}/tensorboard/events.out.tfevents.*")) or \
-        list(tmp_path.rglob("events.out.tfevents.*"))
-
-
 def test_csv_and_parquet_tables(exported):
     store, (first, _), paths, _ = exported
     wide_csv = pd.read_csv(paths.tables["metrics"])

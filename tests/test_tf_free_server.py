@@ -223,6 +223,24 @@ def test_start_and_every_command_from_the_train_page_load_no_tensorflow(tmp_path
     assert_tf_free(result)
 
 
+def test_export_loads_no_tensorflow(tmp_path):
+    """The Runs page exports in the server: tables, TensorBoard events (`runs.export.RecordFile`)
+    and the zip, with no TensorFlow."""
+    from runs.store import RunStore
+    from tests.fake_runs import add_fake_run
+
+    store = RunStore(tmp_path / "runs.sqlite")
+    run_id = add_fake_run(store)
+    result = probe(f"""
+        from runs.export import export_run
+        from runs.store import RunStore
+        export_run(RunStore({str(store.path)!r}), {run_id}, {str(tmp_path / "exports")!r})
+        report()
+    """)
+    assert_tf_free(result)
+    assert list((tmp_path / "exports").rglob("events.out.tfevents.*"))
+
+
 @pytest.mark.parametrize("page, title", [("views/runs_page.py", "Optimizer Lab · Runs"), (
     "views/hypergrad_page.py", "Optimizer Lab · Hyper-gradients")])
 def test_runs_and_hypergradient_pages_render_without_tensorflow(tmp_path, page, title):
