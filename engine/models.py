@@ -68,12 +68,12 @@ def build_model(
     seeds = _Seeds(seed)
     n = dataset.n_classes
 
-    def dense(units: int, index: int, activation: str | None = None) -> L.Layer:
+    def dense(units: int, index: int, activation: str | None = None) -> tf_keras.layers.Layer:
         return L.Dense(units, activation=activation, kernel_initializer=seeds.glorot(),
                        name=f"dense_{index}", dtype=dtype)
 
     input_dtype = "int32" if name == "embedding" else dtype
-    layers: list[L.Layer] = [L.InputLayer(input_shape=dataset.input_shape, dtype=input_dtype)]
+    layers: list[tf_keras.layers.Layer] = [L.InputLayer(input_shape=dataset.input_shape, dtype=input_dtype)]
     if name == "logistic":
         layers += [dense(n, 1)]
     elif name == "mlp":

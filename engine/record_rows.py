@@ -84,7 +84,7 @@ class ResponseSliceRow(NamedTuple):
 
 
 # table name -> row type, in the order `append` writes them
-ROW_TYPES: dict[str, type] = {
+ROW_TYPES: dict[str, type[Any]] = {  # NamedTuple classes
     "scalars": ScalarRow,
     "slot_stats": SlotStatRow,
     "histograms": HistogramRow,
@@ -97,7 +97,9 @@ STORED_AFTER: dict[str, tuple[str, ...]] = {"hyper_changes": ("created",)}
 # every connection of this process: rows need no per-field conversion (see `_WITH_SEQUENCES`).
 for _numpy_type in (np.float16, np.float32, np.int8, np.int16, np.int32, np.int64, np.uint8,
                     np.uint16, np.uint32, np.uint64, np.bool_):
-    sqlite3.register_adapter(_numpy_type, np.generic.item)
+    # NumPy's stubs overload `item` (its return type depends on the index arguments); called
+    # with the scalar alone it returns the Python number
+    sqlite3.register_adapter(_numpy_type, np.generic.item)  # type: ignore[arg-type]
 
 # Tables with a sequence field (stored as JSON text); the others' rows are SQLite-ready as they
 # come, and skipping the per-field conversion matters on the hot path: full recording writes

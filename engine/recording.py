@@ -111,13 +111,14 @@ class LossMeter:
         return mean
 
 
-def slot_series(variables: Sequence[tf.Variable], optimizer) -> list[tuple[str, str]]:
+def slot_series(variables: Sequence[tf.Variable], optimizer: Any) -> list[tuple[str, str]]:
     """Labels of the packed rows: `(variable_label, slot)` for each variable, slots then update."""
     slots = tuple(optimizer.slot_names_for_rule()) + ("update",)
     return [(variable_label(var), slot) for var in variables for slot in slots]
 
 
-def _series_tensors(variables, optimizer, before) -> list[tf.Tensor]:
+def _series_tensors(variables: Sequence[tf.Variable], optimizer: Any,
+                    before: Sequence[tf.Tensor]) -> list[tf.Tensor]:
     out = []
     for var, old in zip(variables, before):
         for slot in optimizer.slot_names_for_rule():
@@ -188,7 +189,8 @@ def tensor_histogram(tensor: tf.Tensor, bins: int = BINS) -> tf.Tensor:
     return tf.concat([tf.stack([lo, hi]), counts], axis=0)
 
 
-def packed_stats(variables, optimizer, before) -> tf.Tensor:
+def packed_stats(variables: Sequence[tf.Variable], optimizer: Any,
+                 before: Sequence[tf.Tensor]) -> tf.Tensor:
     """float32 [n_series, 3] statistics of every series of `slot_series` (call after the step).
 
     Args:
@@ -199,7 +201,7 @@ def packed_stats(variables, optimizer, before) -> tf.Tensor:
     return series_stats(_series_tensors(variables, optimizer, before))
 
 
-def finite_guard(variables, optimizer) -> tf.Tensor:
+def finite_guard(variables: Sequence[tf.Variable], optimizer: Any) -> tf.Tensor:
     """float32 [n_series, 3]: zeros where a series of `slot_series` is all finite, NaN where it
     holds a NaN or an inf (`0 * max|t|`), for the steps that record nothing.
 
@@ -220,20 +222,23 @@ def finite_guard(variables, optimizer) -> tf.Tensor:
     return tf.zeros([len(tensors), 3], tf.float32) * peaks[:, None]  # 0 * inf/NaN = NaN
 
 
-def packed_histograms(variables, optimizer, before, bins: int = BINS) -> tf.Tensor:
+def packed_histograms(variables: Sequence[tf.Variable], optimizer: Any,
+                      before: Sequence[tf.Tensor], bins: int = BINS) -> tf.Tensor:
     """float32 [n_series, 2 + bins] histograms of every series of `slot_series` (see above)."""
     return tf.stack(
         [tensor_histogram(t, bins) for t in _series_tensors(variables, optimizer, before)]
     )
 
 
-def stats_rows(step: int, series: Sequence[tuple[str, str]], stats) -> list[SlotStatRow]:
+def stats_rows(step: int, series: Sequence[tuple[str, str]], stats: np.ndarray
+               ) -> list[SlotStatRow]:
     """`slot_stats` rows from a float [n_series, 3] array (norm, mean, std per series)."""
     return [SlotStatRow(step, v, s, norm, mean, std)  # `tolist`: Python floats in one call
             for (v, s), (norm, mean, std) in zip(series, stats.tolist())]
 
 
-def histogram_rows(step: int, series: Sequence[tuple[str, str]], hists) -> list[HistogramRow]:
+def histogram_rows(step: int, series: Sequence[tuple[str, str]], hists: np.ndarray
+                   ) -> list[HistogramRow]:
     """`histograms` rows from a float [n_series, 2 + BINS] array (lo, hi, counts per series)."""
     return [
         HistogramRow(step, v, s, float(r[0]), float(r[1]), [int(c) for c in r[2:]])

@@ -50,7 +50,8 @@ NOTHING, STATISTICS, HISTOGRAMS = 0, 1, 2
 _LEVEL_TENSORS = (tf.constant(0), tf.constant(1), tf.constant(2))  # the XLA step's argument
 
 
-def _by_level(level, at_least: int, then, otherwise):
+def _by_level(level: int | tf.Tensor, at_least: int, then: Callable[[], Any],
+              otherwise: Callable[[], Any]) -> Any:
     """`then()` when the recording `level` is >= `at_least`, else `otherwise()`: chosen in
     Python when `level` is an int (graph mode: the traced step holds only the branch it runs),
     by a `tf.cond` when it is a tensor (XLA: one program for every level)."""
@@ -80,7 +81,7 @@ class BatchOrder:
         return out
 
 
-def _learning_rate_owner(optimizer):
+def _learning_rate_owner(optimizer: Any) -> Any:
     """The optimizer whose `_hyper` holds `learning_rate` (a wrapper's inner optimizer)."""
     if "learning_rate" in getattr(optimizer, "_hyper", {}):
         return optimizer
@@ -254,11 +255,13 @@ class Engine:
         self._compile_train(self._last_level)
         return "retrace", changes
 
-    def _train_step(self, indices, level):
+    def _train_step(self, indices: tf.Tensor, level: int | tf.Tensor
+                    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         with tf.device(self.device):
             return self._train_body(indices, level)
 
-    def _train_body(self, indices, level):
+    def _train_body(self, indices: tf.Tensor, level: int | tf.Tensor
+                    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         x, y = tf.gather(self.x_train, indices), tf.gather(self.y_train, indices)
         if recording.in_xla_context():  # XLA needs one shape per value; it elides copies
             before = [v.read_value() for v in self.variables]
@@ -283,11 +286,11 @@ class Engine:
         )
         return loss, stats, hists
 
-    def _eval_step(self):
+    def _eval_step(self) -> tuple[tf.Tensor, tf.Tensor]:
         with tf.device(self.device):
             return self._eval_body()
 
-    def _eval_body(self):
+    def _eval_body(self) -> tuple[tf.Tensor, tf.Tensor]:
         logits = self.model(self.x_val, training=False)
         predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
         accuracy = tf.reduce_mean(tf.cast(tf.equal(predicted, self.y_val), tf.float32))
