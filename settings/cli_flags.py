@@ -54,7 +54,7 @@ def hyper_specs() -> dict[str, Any]:
     """Every hyperparameter name any registered optimizer (or wrapped rule) takes -> a spec."""
     out: dict[str, Any] = {}
     for name in registry.names():
-        option_sets = [{}]
+        option_sets: list[dict[str, Any]] = [{}]
         if "inner" in registry.option_defaults(name):
             option_sets += [{"inner": inner} for inner in registry.names() if inner != name]
         for options in option_sets:
@@ -133,16 +133,16 @@ def add_run_flags(parser: argparse.ArgumentParser) -> None:
         group.add_argument(flag(name), dest=f"hp_{name}", type=float, default=None,
                            metavar="X", help=f"{spec.help}; {spec.allowed()}")
     group = parser.add_argument_group("optimizer options")
-    for name, kind in option_types().items():
-        if kind is bool:
+    for name, option_type in option_types().items():
+        if option_type is bool:
             group.add_argument(flag(name), dest=f"opt_{name}", default=None,
                                action=argparse.BooleanOptionalAction)
         elif name == "inner":
             group.add_argument(flag(name), dest=f"opt_{name}", default=None,
                                choices=registry.names(), help="the wrapped optimizer")
         else:
-            group.add_argument(flag(name), dest=f"opt_{name}", default=None, type=kind,
-                               metavar="N" if kind is int else "X")
+            group.add_argument(flag(name), dest=f"opt_{name}", default=None, type=option_type,
+                               metavar="N" if option_type is int else "X")
 
 
 def values_from_args(args: argparse.Namespace) -> dict[str, Any]:

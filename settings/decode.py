@@ -64,7 +64,7 @@ _MODELS: dict[tuple[str, tuple], type[pydantic.BaseModel]] = {}
 
 
 def _bounded_float(spec: HyperSpec) -> Any:
-    limits: dict[str, float] = {}
+    limits: dict[str, Any] = {}  # Field's `ge`/`gt`/`le`/`lt` -> a bound
     if math.isfinite(spec.low):
         limits["ge" if spec.low_inclusive else "gt"] = spec.low
     if math.isfinite(spec.high):
