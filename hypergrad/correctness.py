@@ -28,10 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:  # TensorFlow is imported when a check runs, not with the module
+    import tensorflow as tf
+    import tf_keras
 
 # Relative tolerances of the check (the issue's "proof" tolerances).
 FORWARD_REVERSE_TOLERANCE = 1e-8
@@ -43,7 +47,8 @@ COLUMNS = ("hyperparameter", "forward", "reverse", "finite_difference",
 
 def _problem(optimizer: str, hypers: Mapping[str, float], options: Mapping[str, Any],
              steps: int, dtype: str, seed: int, lr_schedule: Mapping[str, Any] | None = None,
-             decay: float = 0.0):
+             decay: float = 0.0
+             ) -> tuple[tf_keras.Model, Any, list[tf.Tensor], list[np.ndarray]]:
     import tensorflow as tf
     import tf_keras
 
@@ -132,7 +137,7 @@ def check(optimizer: str, hypers: Mapping[str, float] | None = None,
     return frame
 
 
-def _every_parameter(model, opt) -> list[str]:
+def _every_parameter(model: tf_keras.Model, opt: Any) -> list[str]:
     """Every differentiable parameter of `opt` (hyperparameters, schedule parameters)."""
     from hypergrad.parameters import ParameterPlan
 

@@ -71,7 +71,7 @@ class ForwardModeTrainer:
         self.slot_vars = [{n: opt.get_slot(v, n) for n in self.slot_names} for v in self.variables]
         k = len(self.followed)
 
-        def zeros_like_batched(v):
+        def zeros_like_batched(v: tf.Variable) -> tf.Variable:
             return tf.Variable(tf.zeros((k, *v.shape), v.dtype), trainable=False)
 
         self.z_weights = [zeros_like_batched(v) for v in self.variables]
@@ -140,12 +140,13 @@ class ForwardModeTrainer:
         with tf.control_dependencies(updates):
             return tf.identity(loss)
 
-    def step(self, batch_index: tf.Tensor) -> float:
+    def step(self, batch_index: tf.Tensor) -> tf.Tensor:
         """Apply one training update on the batch `batch_index` (int32 [batch]) and advance the
-        tangents. Returns the training loss before the update (nats)."""
+        tangents. Returns the training loss before the update (nats, a scalar tensor of the
+        model dtype)."""
         return self._step(tf.convert_to_tensor(batch_index, tf.int32))
 
-    def _hypergradients_impl(self):
+    def _hypergradients_impl(self) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         weights = [tf.convert_to_tensor(v) for v in self.variables]
         loss, grads = validation_gradient(self.model, weights, self.x_val, self.y_val)
         return loss, flat_dot(self.z_weights, grads), flat_dot(self.one_step_weights, grads)

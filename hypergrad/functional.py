@@ -27,7 +27,7 @@ def _weights_by_layer(model: tf_keras.Model, weights: Sequence[tf.Tensor]) -> di
     }
 
 
-def _apply_layer(layer, h: tf.Tensor, w: list[tf.Tensor]) -> tf.Tensor:
+def _apply_layer(layer: tf_keras.layers.Layer, h: tf.Tensor, w: list[tf.Tensor]) -> tf.Tensor:
     if isinstance(layer, (layers.InputLayer, layers.Dropout)):
         return h
     if isinstance(layer, layers.Dense):

@@ -50,8 +50,9 @@ def schedule_of(opt: RuleOptimizer) -> tuple[str, dict[str, Any]] | None:
     value = getattr(opt, "_hyper", {}).get("learning_rate")
     if not isinstance(value, tf_keras.optimizers.schedules.LearningRateSchedule):
         return None
-    class_name = type(value).__name__
-    if ALLOWED_SCHEDULES.get(class_name) is not type(value):
+    schedule_class = type(value)  # a name: `type(value) is ...` would narrow `value` to object
+    class_name = schedule_class.__name__
+    if ALLOWED_SCHEDULES.get(class_name) is not schedule_class:
         raise ValueError(f"learning_rate={class_name} refused: hyper-gradients need one of "
                          f"{', '.join(ALLOWED_SCHEDULES)}")
     config = dict(value.get_config())
@@ -112,7 +113,7 @@ class ParameterPlan:
         self.names = self.hyper_names + list(self.schedule_variables)
 
     @property
-    def schedule_object(self):
+    def schedule_object(self) -> Any:
         """The optimizer's `LearningRateSchedule` (None for a constant learning rate)."""
         return self.opt._hyper.get("learning_rate") if self.schedule else None
 
@@ -142,6 +143,7 @@ class ParameterPlan:
         if not is_schedule_parameter(name):
             return self.opt.spec(name)
         param = name[len(SCHEDULE_PREFIX):]
+        assert self.schedule is not None  # `check` passed a schedule parameter
         # the range of the one table of schedule parameters (the lab's UI range)
         row = {p.name: p for p in schedule_params(self.schedule[0])}[param.split(".")[0]]
         return HyperSpec(name, self.current_values()[name], row.low, row.high,
@@ -151,7 +153,9 @@ class ParameterPlan:
     def label(self, name: str) -> str:
         """`name` with the schedule it belongs to, e.g. `lr_schedule.decay_rate
         (ExponentialDecay)`; ordinary names unchanged."""
-        return f"{name} ({self.schedule[0]})" if is_schedule_parameter(name) else name
+        # a schedule parameter of a plan without a schedule fails as it always has (TypeError)
+        return (f"{name} ({self.schedule[0]})"  # type: ignore[index]
+                if is_schedule_parameter(name) else name)
 
     # ----- values ---------------------------------------------------------------------------
     def live_values(self) -> dict[str, tf.Tensor]:
@@ -186,6 +190,7 @@ class ParameterPlan:
             self.opt._set_hyper(name, value)
             return
         self.schedule_variables[name].assign(value)
+        assert self.schedule is not None  # `check` passed a schedule parameter
         class_name, config = self.schedule
         config = schedule_math.with_parameters(config, {name[len(SCHEDULE_PREFIX):]: float(value)})
         self.schedule = class_name, config
@@ -222,6 +227,7 @@ class ParameterPlan:
         """The schedule's config with every number the schedule holds in a variable (e.g.
         `decay_steps`, `boundaries` of a `LiveSchedule`) read now, as a tensor of `dtype`:
         a live change of them is seen without retrace. Bools and None stay Python values."""
+        assert self.schedule is not None  # called by `hypers_at` under a schedule only
         out = dict(self.schedule[1])
         for key in out:
             held = _attribute(self.schedule_object, key)
@@ -239,7 +245,7 @@ class ParameterPlan:
                       ["learning_rate"].numpy()) for i in range(steps)]
 
 
-def _attribute(schedule, param: str) -> Any:
+def _attribute(schedule: Any, param: str) -> Any:
     """The object a schedule holds for config key `param` (`values.<i>` indexes the list);
     None when it holds none under that name."""
     if schedule is None:

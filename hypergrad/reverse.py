@@ -33,7 +33,7 @@ dense semantics of `RuleOptimizer._resource_apply_dense`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -80,7 +80,7 @@ def hyper_constants(opt: RuleOptimizer, dtype: tf.DType) -> dict[str, tf.Tensor]
     return {n: tf.constant(v.numpy(), dtype) for n, v in opt.hyper_tensors(dtype).items()}
 
 
-def pure_step(*args, **kwargs) -> tuple[tf.Tensor, list[tf.Tensor], list[dict[str, tf.Tensor]]]:
+def pure_step(*args: Any, **kwargs: Any) -> tuple[tf.Tensor, list[tf.Tensor], list[dict[str, tf.Tensor]]]:
     """One training step Phi_t as a pure function: (loss, new weights, new slots); see
     `pure_step_with_grads` for the arguments."""
     loss, _, new_weights, new_slots = pure_step_with_grads(*args, **kwargs)
@@ -96,7 +96,7 @@ def pure_step_with_grads(
     t: tf.Tensor,
     x: tf.Tensor,
     y: tf.Tensor,
-) -> tuple[tf.Tensor, list[tf.Tensor], list[dict[str, tf.Tensor]]]:
+) -> tuple[tf.Tensor, list[tf.Tensor], list[tf.Tensor], list[dict[str, tf.Tensor]]]:
     """One training step Phi_t: (loss, gradients, new weights, new slots), all tensors.
 
     Args:

@@ -34,7 +34,7 @@ import copy
 import math
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorflow as tf
@@ -50,6 +50,10 @@ from hypergrad.reverse import (
     validation_loss_after,
 )
 
+if TYPE_CHECKING:
+    from engine.train_step import Engine
+    from optimizers.hyperparams import HyperSpec
+
 # The forward-mode step carries k tangents per weight: XLA's fusion pays for its compile there
 # (measured 2.0x the plain step's cost with XLA against 4.7x without: hypergrad/forward.py).
 FORWARD_JIT_COMPILE = True
@@ -63,7 +67,7 @@ LINEAR_SLICE_FRACTION = 0.1  # a linear hyperparameter's slice spans +-10% of it
 LOG_SLICE_FACTOR = 2.0  # a log-scale one's spans x/÷ 2
 
 
-def slice_values(spec, value: float, points: int = SLICE_POINTS) -> list[float]:
+def slice_values(spec: HyperSpec, value: float, points: int = SLICE_POINTS) -> list[float]:
     """`points` values around `value` (log-spaced x/÷ 2 for log-scale specs, +-10% of the range
     for linear ones), projected into the allowed range, sorted, duplicates dropped, and
     `value` itself always included."""
@@ -87,7 +91,7 @@ class HyperStepper:
         measure_plain: time the plain step (skip in tests that do not need it).
     """
 
-    def __init__(self, engine, measure_plain: bool = True):
+    def __init__(self, engine: Engine, measure_plain: bool = True):
         config = engine.config
         self.engine, self.config = engine, config
         self.model, self.opt = engine.model, engine.optimizer
@@ -183,7 +187,8 @@ class HyperStepper:
         }
 
     # ----- the train step ---------------------------------------------------------------------
-    def step(self, record: bool = True, with_histograms: bool = False):
+    def step(self, record: bool = True, with_histograms: bool = False
+             ) -> tuple[float, tf.Tensor, tf.Tensor]:
         """One forward-mode training step on the next batch; the contract of `Engine.step`."""
         indices = self.order.next()
         if self.config.reverse_horizon > 0:
