@@ -73,7 +73,8 @@ def build_model(
                        name=f"dense_{index}", dtype=dtype)
 
     input_dtype = "int32" if name == "embedding" else dtype
-    layers: list[tf_keras.layers.Layer] = [L.InputLayer(input_shape=dataset.input_shape, dtype=input_dtype)]
+    layers: list[tf_keras.layers.Layer] = [
+        L.InputLayer(input_shape=dataset.input_shape, dtype=input_dtype)]
     if name == "logistic":
         layers += [dense(n, 1)]
     elif name == "mlp":

@@ -80,7 +80,8 @@ def hyper_constants(opt: RuleOptimizer, dtype: tf.DType) -> dict[str, tf.Tensor]
     return {n: tf.constant(v.numpy(), dtype) for n, v in opt.hyper_tensors(dtype).items()}
 
 
-def pure_step(*args: Any, **kwargs: Any) -> tuple[tf.Tensor, list[tf.Tensor], list[dict[str, tf.Tensor]]]:
+def pure_step(*args: Any, **kwargs: Any
+              ) -> tuple[tf.Tensor, list[tf.Tensor], list[dict[str, tf.Tensor]]]:
     """One training step Phi_t as a pure function: (loss, new weights, new slots); see
     `pure_step_with_grads` for the arguments."""
     loss, _, new_weights, new_slots = pure_step_with_grads(*args, **kwargs)
