@@ -31,7 +31,7 @@ from settings.run_config import RunConfig
 ADOPTABLE = frozenset({"steps", "eval_every"})
 
 
-def _state(engine: Engine) -> list:
+def _state(engine: Engine) -> list[Any]:  # tf.Variable objects
     """Every variable a step can change: the model's, and the optimizer's with its inner
     optimizer's (a wrapper's slots and `iterations`), each once."""
     found, seen = [], set()

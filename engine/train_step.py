@@ -136,7 +136,8 @@ class Engine:
         self.traces = 0
         # per compile of the train step (oldest first): level -> its tf.function
         self.train_functions: list[dict[int, Any]] = []
-        self._steps: dict[int, Callable] = {}  # level -> the current compile's step
+        # level -> the current compile's step
+        self._steps: dict[int, Callable[[tf.Tensor], Any]] = {}
         self._last_level = HISTOGRAMS  # a retrace traces the level last used right away
         self._compile_train(HISTOGRAMS)  # a run's step 1 records histograms
         self._eval = tf.function(self._eval_step).get_concrete_function()
@@ -150,7 +151,7 @@ class Engine:
         self._steps = {}
         self._step_function(level)
 
-    def _step_function(self, level: int) -> Callable:
+    def _step_function(self, level: int) -> Callable[[tf.Tensor], Any]:
         """The current compile's train step at recording `level`, traced on first use: a
         callable of int32 batch indices [batch] returning (loss, stats, histograms)."""
         step = self._steps.get(level)
@@ -195,15 +196,15 @@ class Engine:
         with tf.device(self.device):
             return float(self.lr_owner._decayed_lr(tf.as_dtype(self.config.dtype)))
 
-    def schedule_values(self) -> dict | None:
+    def schedule_values(self) -> dict[str, Any] | None:
         """The running schedule as a plain serialized dict, or None (constant learning rate)."""
         if self.live_schedule is None:
             return None
         return {"class_name": self.live_schedule.class_name,
                 "config": self.live_schedule.values()}
 
-    def set_schedule(self, schedule: dict | None, decay: float, learning_rate: float | None
-                     ) -> tuple[str, dict[str, tuple]]:
+    def set_schedule(self, schedule: dict[str, Any] | None, decay: float,
+                     learning_rate: float | None) -> tuple[str, dict[str, tuple[Any, Any]]]:
         """Change the learning-rate schedule and/or `decay` between two steps.
 
         Args:
@@ -229,7 +230,7 @@ class Engine:
             if (schedule is not None and self.live_schedule is not None
                     and self.live_schedule.same_structure(schedule)):
                 return "assign", self.live_schedule.assign(schedule)
-        changes: dict[str, tuple] = {}
+        changes: dict[str, tuple[Any, Any]] = {}
         if schedule is None and self.live_schedule is None:  # a new decay only
             changes["decay"] = (self.decay, decay)
             self.decay = self.lr_owner._initial_decay = decay
@@ -317,7 +318,7 @@ class Engine:
         loss, accuracy = self._eval()
         return float(loss), float(accuracy)
 
-    def hyper_variables(self) -> list[dict]:
+    def hyper_variables(self) -> list[dict[str, Any]]:
         """`{name, variable, dtype, shape, value}` for every `_hyper` entry that is a variable,
         and every variable of the live schedule (`lr_schedule.<name>`, lists `[i]`)."""
         out = []

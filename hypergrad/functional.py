@@ -18,7 +18,8 @@ import tf_keras
 layers = tf_keras.layers
 
 
-def _weights_by_layer(model: tf_keras.Model, weights: Sequence[tf.Tensor]) -> dict[int, list]:
+def _weights_by_layer(model: tf_keras.Model, weights: Sequence[tf.Tensor]
+                      ) -> dict[int, list[tf.Tensor]]:
     """Map id(layer) -> that layer's weight tensors, in `model.trainable_variables` order."""
     position = {id(v): i for i, v in enumerate(model.trainable_variables)}
     return {

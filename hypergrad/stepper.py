@@ -45,6 +45,7 @@ from hypergrad.rtho import project, rtho_step
 from hypergrad.forward import ForwardModeTrainer
 from hypergrad.parameters import ParameterPlan
 from hypergrad.reverse import (
+    State,
     read_state,
     reverse_hypergradient,
     validation_loss_after,
@@ -114,9 +115,11 @@ class HyperStepper:
         n = len(self.series)
         self._no_stats = tf.zeros([n, 3], tf.float32)
         self._no_hists = tf.zeros([n, 2 + recording.BINS], tf.float32)
-        self.window: collections.deque = collections.deque(maxlen=max(config.reverse_horizon, 1))
+        # (state before the step, its batch indices) for the last T steps
+        self.window: collections.deque[tuple[State, np.ndarray]] = collections.deque(
+            maxlen=max(config.reverse_horizon, 1))
         self.state_bytes = read_state(self.model, self.opt).nbytes()
-        self.step_times: collections.deque = collections.deque(maxlen=200)
+        self.step_times: collections.deque[float] = collections.deque(maxlen=200)  # seconds
         self.steps_taken = 0
         self.last_exact: dict[str, float] = {}
         self.last_exact_step = -1

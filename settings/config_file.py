@@ -51,7 +51,7 @@ class ConfigImportError(SettingError):
 FILE = Source(noun="config file", key=lambda path: path, error=ConfigImportError)
 
 
-class _Duplicated(dict):
+class _Duplicated(dict[str, Any]):
     """A JSON object that named `duplicate` twice (kept to report it with its full path)."""
 
     duplicate = ""

@@ -60,7 +60,8 @@ class Source:
     label: Callable[[str], str] = str
 
 
-_MODELS: dict[tuple[str, tuple], type[pydantic.BaseModel]] = {}
+# (optimizer, sorted option items) -> its hyperparameters' model
+_MODELS: dict[tuple[str, tuple[tuple[str, Any], ...]], type[pydantic.BaseModel]] = {}
 
 
 def _bounded_float(spec: HyperSpec) -> Any:
