@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from components.figures import _finish, plain, point_mode
+from components.figures import _finish, decimation_markers, plain, point_mode
 
 KEY_HYPERS = ("learning_rate", "beta_1", "beta_2", "momentum", "rho", "weight_decay")
 IGNORED_FIELDS = ("device",)  # shown in the table, not a difference worth a legend entry
@@ -181,6 +181,10 @@ def overlay_loss_figure(scalars: Mapping[int, pd.DataFrame], labels: Mapping[int
                 fig.add_trace(_line(rows["step"], rows["value"], f"{labels[run_id]} · {suffix}",
                                     colors[run_id], legendgroup=str(run_id),
                                     **{"mode": point_mode(len(rows)), **extra}))
+    # past these steps a train-loss point is the mean of 10x more steps: the drop in noise
+    # there is the recording's, not an effect of a change
+    decimation_markers(fig, max((int(f["step"].max()) for f in scalars.values() if not f.empty),
+                                default=0))
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="loss", type="log" if log_y else "linear")
     fig = _finish(fig, uirevision, "Loss (solid: train, dotted: validation)", height)

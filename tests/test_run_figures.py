@@ -196,3 +196,16 @@ def test_slot_caption_names_the_optimizer_shown():
     assert "sgd actually applied" in sgd and "`momentum`" in sgd and "Adam" not in sgd
     assert "for Adam" in slot_caption("adam", ["m", "v", "update"])
     assert "rmsprop creates no slot" in slot_caption("rmsprop", ["update"])
+
+
+def test_overlay_loss_marks_where_recording_turns_to_means():
+    """Past step 1,000 a train-loss point is a 10-step mean: the overlay says so where its
+    runs reach it, as the Train page's loss chart does."""
+    short = pd.DataFrame({"step": [1, 500, 900], "name": "train_loss", "value": [2.0, 1.0, 0.5]})
+    long = pd.DataFrame({"step": [1, 1_000, 12_000], "name": "train_loss",
+                         "value": [2.0, 1.0, 0.5]})
+    assert not rf.overlay_loss_figure({1: short}, LABELS).layout.shapes
+    fig = rf.overlay_loss_figure({1: short, 2: long}, LABELS)
+    assert [shape.x0 for shape in fig.layout.shapes] == [1_000, 10_000]
+    assert [a.text for a in fig.layout.annotations] == ["10-step means from here",
+                                                       "100-step means from here"]
