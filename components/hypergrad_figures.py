@@ -85,6 +85,11 @@ def followed_names(frame: pd.DataFrame) -> list[str]:
     return [] if frame is None or frame.empty else list(dict.fromkeys(frame["name"]))
 
 
+SIGN_AGREEMENT_NOTE = ("sign agreement: % of recorded steps where one-step and exact point "
+                       "the same way, i.e. how often the one-step hyper-gradient would move "
+                       "the hyperparameter in the right direction")
+
+
 def sign_agreement(frame: pd.DataFrame) -> dict[str, float]:
     """name -> % of recorded steps where exact and one-step have the same sign (a zero counts
     as agreeing only with a zero); NaN when no step has both values."""
@@ -176,6 +181,11 @@ def hypergradient_figure(frame: pd.DataFrame, uirevision: Hashable = "hypergrads
             fig.update_yaxes(tickvals=tickvals, ticktext=ticktext, title_text="asinh axis",
                              row=row, col=1)
     fig.update_xaxes(title_text="step", row=len(names), col=1)
+    if any(math.isfinite(v) for v in agreement.values()):
+        # the titles' percentage, said where it is read
+        fig.add_annotation(text=SIGN_AGREEMENT_NOTE, xref="paper", yref="paper", x=0.0,
+                           y=1.0, yshift=52, xanchor="left", yanchor="bottom", showarrow=False,
+                           font={"size": 11, "color": "grey"})
     fig = _finish(fig, uirevision, "", row_height * len(names) + 90)
     # the legend sits above the first subplot's title, not on it
     fig.update_layout(hovermode="closest", margin={"t": 80},

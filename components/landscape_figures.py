@@ -21,6 +21,56 @@ def colors(labels: Sequence[str]) -> dict[str, str]:
     return {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(labels)}
 
 
+PLAYBACK_FRAMES = 40  # frames of the in-browser replay (a frame every steps/40 steps)
+PLAYBACK_POINTS = 250  # at most this many points per path in a frame (keeps the figure small)
+
+
+def add_playback(fig: go.Figure, trajectories: pd.DataFrame, labels: Sequence[str],
+                 frames: int = PLAYBACK_FRAMES) -> None:
+    """Plotly animation frames replaying every path from step 0 to the last step.
+
+    Frame k holds, for each optimizer, its path up to step `s_k` (thinned to at most
+    `PLAYBACK_POINTS` points, the end point kept) and its marker at `s_k`, for `frames` steps
+    `s_k` evenly spaced from 0 to the last step; the Play button always starts from step 0,
+    so replaying works wherever the page's own step slider stands.
+    """
+    last = int(trajectories["step"].max())
+    stops = sorted({int(round(v)) for v in np.linspace(0, last, frames)})
+    by_label = {label: trajectories[trajectories["optimizer"] == label].sort_values("step")
+                for label in labels}
+    indices = [1 + 2 * i + j for i in range(len(labels)) for j in (0, 1)]
+    built = []
+    for stop in stops:
+        data = []
+        for label in labels:
+            path = by_label[label][by_label[label]["step"] <= stop]
+            thin = path.iloc[np.unique(np.r_[np.linspace(0, len(path) - 1,
+                                                         min(len(path), PLAYBACK_POINTS))
+                                             .astype(int), len(path) - 1])]
+            # plain dicts: the Frame validates them once (a go.Scatter would be validated twice)
+            data.append({"type": "scatter", "x": thin["x"].to_numpy(), "y": thin["y"].to_numpy()})
+            data.append({"type": "scatter", "x": [path["x"].iloc[-1]],
+                         "y": [path["y"].iloc[-1]], "name": f"{label} @ {stop}"})
+        built.append(go.Frame(data=data, traces=indices, name=str(stop)))
+    fig.frames = built
+    play = {"frame": {"duration": 80, "redraw": False}, "fromcurrent": False,
+            "transition": {"duration": 0}}
+    fig.update_layout(
+        updatemenus=[{"type": "buttons", "direction": "left", "x": 0.0, "y": 1.0,
+                      "xanchor": "left", "yanchor": "bottom", "pad": {"b": 4},
+                      "buttons": [{"label": "▶ Play from 0", "method": "animate",
+                                   "args": [None, play]},
+                                  {"label": "❚❚", "method": "animate",
+                                   "args": [[None], {"mode": "immediate",
+                                                     "frame": {"duration": 0}}]}]}],
+        sliders=[{"active": len(stops) - 1, "x": 0.0, "len": 1.0, "y": -0.02,
+                  "currentvalue": {"prefix": "replay step "}, "pad": {"t": 30},
+                  "steps": [{"label": str(stop), "method": "animate",
+                             "args": [[str(stop)], {"mode": "immediate",
+                                                    "frame": {"duration": 0, "redraw": False}}]}
+                            for stop in stops]}])
+
+
 def contour_figure(
     grid: pd.DataFrame,
     trajectories: pd.DataFrame,
@@ -30,11 +80,14 @@ def contour_figure(
     log_levels: bool = False,
     uirevision: Hashable = "landscape",
     height: int = 520,
+    frames: int = PLAYBACK_FRAMES,
 ) -> go.Figure:
     """Contours of f with every optimizer's path from step 0 to `step` and its current point.
 
     Traces, in order: the contour; per optimizer a line+markers path (name = label) and a big
     marker at `step` (name = "<label> @ step"); the start point; one star per known minimum.
+    With `frames` > 1 the figure also carries a playback (`add_playback`): a Play button and a
+    step slider that replay every path from step 0 in the browser, with no rerun.
     """
     xs = np.unique(grid["x"].to_numpy())
     ys = np.unique(grid["y"].to_numpy())
@@ -72,6 +125,8 @@ def contour_figure(
             x=[m[0] for m in minima], y=[m[1] for m in minima], mode="markers", name="minimum",
             marker={"symbol": "star", "size": 16, "color": "gold", "line": {"color": "black", "width": 1}},
         ))
+    if labels and frames > 1:
+        add_playback(fig, trajectories, labels, frames)
     fig.update_layout(
         title={"text": title, "x": 0.0}, height=height, uirevision=uirevision,
         margin={"l": 10, "r": 10, "t": 40, "b": 40},

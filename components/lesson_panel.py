@@ -107,6 +107,9 @@ def show(page: str, apply_run_setup: Callable[[RunConfig], None] | None = None
                             icon=":material/arrow_forward:")
         for number, step in enumerate(lesson.steps, 1):
             st.markdown(f"{number}. {step}")
+            for claim in (c for c in lesson.claims if c.step == number):
+                # what the step says the page shows, as the test measures it
+                st.caption(f"You will see: {claim.quantity}: {claim.expected}")
         st.markdown(f"**Check:** {lesson.check}")
         if st.toggle("show the answer", key=f"lesson_answer_{lesson.key}"):
             st.success(lesson.answer)

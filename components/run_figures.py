@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from components.figures import _finish, plain, point_mode
+from components.figures import _finish, decimation_markers, plain, point_mode
 
 KEY_HYPERS = ("learning_rate", "beta_1", "beta_2", "momentum", "rho", "weight_decay")
 IGNORED_FIELDS = ("device",)  # shown in the table, not a difference worth a legend entry
@@ -181,6 +181,10 @@ def overlay_loss_figure(scalars: Mapping[int, pd.DataFrame], labels: Mapping[int
                 fig.add_trace(_line(rows["step"], rows["value"], f"{labels[run_id]} · {suffix}",
                                     colors[run_id], legendgroup=str(run_id),
                                     **{"mode": point_mode(len(rows)), **extra}))
+    # past these steps a train-loss point is the mean of 10x more steps: the drop in noise
+    # there is the recording's, not an effect of a change
+    decimation_markers(fig, max((int(f["step"].max()) for f in scalars.values() if not f.empty),
+                                default=0))
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="loss", type="log" if log_y else "linear")
     fig = _finish(fig, uirevision, "Loss (solid: train, dotted: validation)", height)
@@ -206,6 +210,49 @@ def overlay_validation_figure(scalars: Mapping[int, pd.DataFrame], labels: Mappi
     fig = _finish(fig, uirevision, "Validation metrics", height)
     fig.update_layout(hovermode="closest")
     return fig
+
+
+# `hyper_changes` sources that are not a change made while the run trained: the values a run
+# starts with, and the retrace counts (numbers of compiles, not hyperparameters).
+NOT_LIVE_SOURCES = ("init",)
+TRACES_NAME = "step traces"
+
+
+def live_changes(changes: pd.DataFrame) -> pd.DataFrame:
+    """A run's changes made while it trained: `step, name, old, new, source` rows of
+    `hyper_changes` other than its starting values and the retrace counts, in order."""
+    columns = ["step", "name", "old", "new", "source"]
+    if changes is None or changes.empty:
+        return pd.DataFrame(columns=columns)
+    live = changes[~changes["source"].isin(NOT_LIVE_SOURCES) & (changes["name"] != TRACES_NAME)]
+    return live[columns].reset_index(drop=True)
+
+
+def trajectory_differences(changes: Mapping[int, pd.DataFrame]) -> list[str]:
+    """Names of the hyperparameters whose trajectories differ between the runs: the same name
+    changed at other steps or to other values while training (`live_changes`). Runs that
+    started from the same config but were steered differently differ here, not in their
+    configs. Fewer than two runs differ in nothing."""
+    if len(changes) < 2:
+        return []
+    paths = {run_id: live_changes(frame) for run_id, frame in changes.items()}
+    names = list(dict.fromkeys(n for f in paths.values() for n in f["name"]))
+    return [name for name in names
+            if len({tuple(zip(f.loc[f["name"] == name, "step"].astype(int),
+                              f.loc[f["name"] == name, "new"].astype(str)))
+                    for f in paths.values()}) > 1]
+
+
+def live_changes_table(changes: Mapping[int, pd.DataFrame], labels: Mapping[int, str]
+                       ) -> pd.DataFrame:
+    """Every run's live changes in one table: `run, step, name, old, new, source`, by run then
+    step (the Runs page lists them under the comparison)."""
+    frames = [live_changes(frame).assign(run=labels[run_id]) for run_id, frame in changes.items()]
+    frames = [f for f in frames if not f.empty]
+    columns = ["run", "step", "name", "old", "new", "source"]
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(frames, ignore_index=True)[columns]
 
 
 def overlay_hyper_figure(changes: Mapping[int, pd.DataFrame], last_steps: Mapping[int, int],

@@ -24,6 +24,32 @@ PAGES = tuple(PAGE_FILES)
 
 
 @dataclass(frozen=True)
+class Claim:
+    """What one step says the page shows, stated so that a test can measure it.
+
+    Attributes:
+        step: the 1-based number of the lesson step that makes the claim.
+        quantity: what to read on the page (Markdown), e.g. "`lr_t` in *apply_state* at steps
+            1, 2, 10".
+        expected: the direction or values the page shows (Markdown). Every bold number in it
+            is a measured value, in the order the claim's measurement returns them
+            (`tests/test_lessons.py`, keyed by `measure`), printed with the digits a reader
+            needs to check it.
+        measure: the key of the claim's measurement.
+    """
+
+    step: int
+    quantity: str
+    expected: str
+    measure: str
+
+
+# The path through the lessons, in order: what optimizers do first, then how an OptimizerV2 is
+# built, then what lies beyond one optimizer. Home shows the lessons in this order.
+STAGES = ("What optimizers do", "Inside an OptimizerV2", "Beyond one optimizer")
+
+
+@dataclass(frozen=True)
 class Lesson:
     """One lesson.
 
@@ -40,6 +66,8 @@ class Lesson:
         check: a check question.
         answer: its answer (Markdown), matching what the lab shows.
         minutes: how long it takes a newcomer, roughly (minutes).
+        stage: which part of the path it belongs to (an index into `STAGES`).
+        claims: what its steps say the page shows, each checked by a test.
     """
 
     key: str
@@ -52,9 +80,122 @@ class Lesson:
     minutes: int = 5
     run_setup: Mapping[str, Any] = field(default_factory=dict)
     page_state: Mapping[str, Any] = field(default_factory=dict)
+    stage: int = 0
+    claims: tuple[Claim, ...] = ()
 
 
 LESSONS: tuple[Lesson, ...] = (
+    Lesson(
+        key="momentum",
+        title="Momentum on an ill-conditioned valley",
+        question="What does momentum buy on a narrow valley, and is Nesterov any different?",
+        page="train",
+        run_setup={"optimizer": "sgd", "hyperparameters": {"learning_rate": 0.01,
+                                                            "momentum": 0.0},
+                   "options": {"nesterov": False}, "dataset": "digits", "model": "mlp",
+                   "steps": 2000},
+        page_state={"ls_function": "ill_conditioned", "ls_optimizers": ["sgd"],
+                    "ls_x0": -4.0, "ls_y0": 1.0, "ls_steps": 100, "ls_step": 100,
+                    "ls_hp_sgd_learning_rate": 0.018,
+                    "ls_hp_sgd_momentum": 0.0},
+        steps=(
+            "Start the run (SGD, learning rate 0.01, momentum 0) and read the validation loss "
+            "at step 200.",
+            "Start a second run with momentum 0.9 in the sidebar, and compare both on the "
+            "**Runs** page: the same learning rate, a much lower loss.",
+            "On the **Landscape** page (*ill_conditioned*, SGD, learning rate 0.018, momentum "
+            "0): plain SGD zig-zags across the steep direction and crawls along the shallow one.",
+            "Move momentum to 0.9 beside the plot: the path reaches the minimum in 100 steps.",
+        ),
+        check="In Keras's form `v = momentum * v - lr * g; w = w + v`, how much longer is the "
+              "step on a constant gradient once the buffer is full (momentum 0.9)?",
+        answer="**10x**: the buffer tends to `-lr * g / (1 - momentum)`.",
+        stage=0,
+        claims=(
+            Claim(2, "validation loss at step 200, momentum 0 vs 0.9 (seed 0)",
+                  "**0.72** vs **0.13**", "momentum_digits"),
+            Claim(3, "sign changes of the steep coordinate's step (`y`) in the first 50 steps",
+                  "**49** of 49: every step crosses the valley", "momentum_zigzag"),
+            Claim(4, "distance to the minimum at step 100, momentum 0 vs 0.9",
+                  "**0.65** vs **0.022**", "momentum_landscape"),
+        ),
+    ),
+    Lesson(
+        key="bias_correction",
+        title="Adam's bias correction",
+        question="Why does Adam divide by `1 - beta_1**t`, and what does `lr_t` look like in "
+                 "the first steps?",
+        page="inside_step",
+        page_state={"is_optimizer": "adam", "is_model": "dense"},
+        steps=(
+            "Press **Step** once and read `lr_t` in *apply_state*.",
+            "Step again, ten times or more: `lr_t = learning_rate * sqrt(1 - beta_2**t) / "
+            "(1 - beta_1**t)` first falls (the `beta_1` correction fades in ~20 steps, the "
+            "`beta_2` one in thousands), reaches its lowest near step 12, then climbs back "
+            "towards `learning_rate` over thousands of steps.",
+            "`m` and `v` start at 0, and `v` (`beta_2` = 0.999) starts much further below its "
+            "mean than `m`: without the correction, the first step would be `0.1 g / "
+            "sqrt(0.001 g**2)`, about 3x too large, not too small.",
+        ),
+        check="With the defaults (learning_rate 0.001, beta_1 0.9, beta_2 0.999), what is "
+              "`lr_t` at step 1?",
+        answer="`lr_t = 0.001 * sqrt(1 - 0.999) / (1 - 0.9)` = **0.000316** (0.316 x the "
+               "learning rate).",
+        minutes=4,
+        stage=0,
+        claims=(
+            Claim(2, "`lr_t` in *apply_state* at steps 1, 2, 10, 12, 30",
+                  "falls, then rises: **0.000316**, **0.000235**, **0.000153**, **0.000152**, "
+                  "**0.000180**", "adam_lr_t"),
+            Claim(3, "the first step without the correction, over the corrected one",
+                  "about **3.16**x (`(1 - beta_1) / sqrt(1 - beta_2)`)", "adam_uncorrected"),
+        ),
+    ),
+    Lesson(
+        key="adamw",
+        title="AdamW: decoupled decay vs L2",
+        question="Why is AdamW's weight decay not the same as an L2 term in the loss?",
+        page="train",
+        run_setup={"optimizer": "adamw", "hyperparameters": {"weight_decay": 0.05},
+                   "dataset": "digits", "model": "mlp", "steps": 2000},
+        steps=(
+            "Start the run and open the **Slots** view: `m` and `v` never see the decay.",
+            "An L2 term would enter the gradient, be divided by `sqrt(v)` and decay weights "
+            "with large gradients less.",
+            "AdamW shrinks every weight by the same fraction `learning_rate * weight_decay` "
+            "per step (the Keras 3 convention).",
+        ),
+        check="With a zero gradient and empty slots, by what factor does one AdamW step "
+              "(learning_rate 0.001, weight_decay 0.05) scale a weight?",
+        answer="**0.99995** = 1 - 0.001 x 0.05: only the decoupled decay acts.",
+        stage=0,
+        claims=(
+            Claim(3, "a weight after one AdamW step with a zero gradient, over its value before",
+                  "**0.99995**", "adamw_factor"),
+        ),
+    ),
+    Lesson(
+        key="diffgrad",
+        title="DiffGrad's friction coefficient",
+        question="What does DiffGrad change in Adam, and where can I see it?",
+        page="train",
+        run_setup={"optimizer": "diffgrad", "dataset": "digits", "model": "mlp",
+                   "steps": 2000},
+        steps=(
+            "Start the run and open the **Slots** view: DiffGrad keeps Adam's `m` and `v` plus "
+            "`prev_grad`, the last gradient.",
+            "The step is Adam's times `xi = sigmoid(|prev_grad - grad|)`.",
+            "Where the gradient stops changing, `xi` falls to 0.5 and the step is halved.",
+        ),
+        check="What range does the friction coefficient `xi` take?",
+        answer="**[0.5, 1)**: `sigmoid(0) = 0.5` when the gradient does not change, towards 1 "
+               "when it changes a lot. A DiffGrad step is at most Adam's.",
+        stage=0,
+        claims=(
+            Claim(3, "DiffGrad's step over Adam's when the gradient repeats",
+                  "**0.5**", "diffgrad_ratio"),
+        ),
+    ),
     Lesson(
         key="set_hyper",
         title="`_set_hyper` vs a plain attribute",
@@ -78,6 +219,11 @@ LESSONS: tuple[Lesson, ...] = (
         answer="It still reads **0.0**: the old value was baked into the graph as a constant. "
                "`_set_hyper` assigns the hyperparameter's `tf.Variable`, so the step reads "
                "**5.0** with **1** trace in all (no retrace).",
+        stage=1,
+        claims=(
+            Claim(2, "`value_returned_after` of the closure row and of the `_set_hyper` row",
+                  "**0.0** and **5.0**", "set_hyper_values"),
+        ),
     ),
     Lesson(
         key="slots_empty",
@@ -95,6 +241,11 @@ LESSONS: tuple[Lesson, ...] = (
         answer="`[]` before; `['m', 'v']` after: `_create_slots` runs inside the first "
                "`apply_gradients`, when the variables are known.",
         minutes=3,
+        stage=1,
+        claims=(
+            Claim(3, "the number of slot names before and after one step",
+                  "**0** before, **2** after (`m`, `v`)", "slot_names"),
+        ),
     ),
     Lesson(
         key="prepare_local",
@@ -114,6 +265,11 @@ LESSONS: tuple[Lesson, ...] = (
         answer="**Once**: `apply_state` is keyed by (device, dtype), and both variables share "
                "the key.",
         minutes=3,
+        stage=1,
+        claims=(
+            Claim(1, "`_prepare_local` calls in one step of the dense model (2 variables)",
+                  "**1**", "prepare_local_calls"),
+        ),
     ),
     Lesson(
         key="dense_sparse",
@@ -132,63 +288,32 @@ LESSONS: tuple[Lesson, ...] = (
         check="Which rows of the embedding (and of its `m` slot) change in a sparse step?",
         answer="Only the rows whose token ids are in the batch; the other rows keep their "
                "values and their slots (a lazy update: their momentum does not decay).",
+        stage=1,
+        claims=(
+            Claim(3, "rows of the embedding (of 6) that change in one sparse step",
+                  "**3**: the distinct token ids of the batch", "sparse_rows"),
+        ),
     ),
     Lesson(
-        key="bias_correction",
-        title="Adam's bias correction",
-        question="Why does Adam divide by `1 - beta_1**t`, and what does `lr_t` look like in "
-                 "the first steps?",
-        page="inside_step",
-        page_state={"is_optimizer": "adam", "is_model": "dense"},
+        key="own_optimizer",
+        title="Write your own optimizer",
+        question="How do I write a custom OptimizerV2 (e.g. accumulated SGD), and how do I know "
+                 "it is right?",
+        page="plugins",
         steps=(
-            "Press **Step** once and read `lr_t` in *apply_state*.",
-            "Step again a few times: `lr_t` grows towards `learning_rate` as "
-            "`sqrt(1 - beta_2**t) / (1 - beta_1**t)` tends to 1.",
-            "`m` and `v` start at 0, so without the correction the first steps would be far "
-            "too small.",
+            "Copy `plugins/template_optimizer.py` (a commented pure-rule optimizer with every "
+            "contract method) to a new file in the plugins folder.",
+            "Restart the app: the **Plugins** page shows the contract check of every file.",
+            "A plugin that passes appears in every optimizer list: train it on the Train page.",
         ),
-        check="With the defaults (learning_rate 0.001, beta_1 0.9, beta_2 0.999), what is "
-              "`lr_t` at step 1?",
-        answer="`lr_t = 0.001 * sqrt(1 - 0.999) / (1 - 0.9)` = **0.000316** (0.316 x the "
-               "learning rate).",
-        minutes=4,
-    ),
-    Lesson(
-        key="momentum",
-        title="Momentum on an ill-conditioned valley",
-        question="What does momentum buy on a narrow valley, and is Nesterov any different?",
-        page="train",
-        run_setup={"optimizer": "sgd", "hyperparameters": {"learning_rate": 0.01,
-                                                            "momentum": 0.9},
-                   "options": {"nesterov": False}, "dataset": "digits", "model": "mlp",
-                   "steps": 2000},
-        steps=(
-            "Start the run (SGD, momentum 0.9) and watch the loss.",
-            "Set momentum to 0 in the sidebar while it trains: the change is applied live "
-            "through `_set_hyper`, and the loss slows down.",
-            "On the **Landscape** page pick *ill_conditioned* and race `sgd` and `adam`: "
-            "plain SGD zig-zags across the valley.",
+        check="Which two methods hold the maths of a pure-rule optimizer?",
+        answer="`coefficients(hypers, step)` (what `_prepare_local` puts in `apply_state`) and "
+               "`update(grad, var, slots, coeffs)`; the adapter does the rest.",
+        minutes=15,
+        stage=1,
+        claims=(
+            Claim(2, "contract checks the template plugin fails", "**0**", "template_contract"),
         ),
-        check="In Keras's form `v = momentum * v - lr * g; w = w + v`, how much longer is the "
-              "step on a constant gradient once the buffer is full (momentum 0.9)?",
-        answer="**10x**: the buffer tends to `-lr * g / (1 - momentum)`.",
-    ),
-    Lesson(
-        key="diffgrad",
-        title="DiffGrad's friction coefficient",
-        question="What does DiffGrad change in Adam, and where can I see it?",
-        page="train",
-        run_setup={"optimizer": "diffgrad", "dataset": "digits", "model": "mlp",
-                   "steps": 2000},
-        steps=(
-            "Start the run and open the **Slots** view: DiffGrad keeps Adam's `m` and `v` plus "
-            "`prev_grad`, the last gradient.",
-            "The step is Adam's times `xi = sigmoid(|prev_grad - grad|)`.",
-            "Where the gradient stops changing, `xi` falls to 0.5 and the step is halved.",
-        ),
-        check="What range does the friction coefficient `xi` take?",
-        answer="**[0.5, 1)**: `sigmoid(0) = 0.5` when the gradient does not change, towards 1 "
-               "when it changes a lot. A DiffGrad step is at most Adam's.",
     ),
     Lesson(
         key="hypergradients",
@@ -212,41 +337,11 @@ LESSONS: tuple[Lesson, ...] = (
         answer="They are **equal**: the tangent starts at Z_0 = 0, so after one update only the "
                "last step contributes. Later they differ: one-step ignores the history.",
         minutes=8,
-    ),
-    Lesson(
-        key="adamw",
-        title="AdamW: decoupled decay vs L2",
-        question="Why is AdamW's weight decay not the same as an L2 term in the loss?",
-        page="train",
-        run_setup={"optimizer": "adamw", "hyperparameters": {"weight_decay": 0.05},
-                   "dataset": "digits", "model": "mlp", "steps": 2000},
-        steps=(
-            "Start the run and open the **Slots** view: `m` and `v` never see the decay.",
-            "An L2 term would enter the gradient, be divided by `sqrt(v)` and decay weights "
-            "with large gradients less.",
-            "AdamW shrinks every weight by the same fraction `learning_rate * weight_decay` "
-            "per step (the Keras 3 convention).",
+        stage=2,
+        claims=(
+            Claim(2, "|one-step - exact| / |exact| after the first update",
+                  "**0** (equal)", "one_step_first_update"),
         ),
-        check="With a zero gradient and empty slots, by what factor does one AdamW step "
-              "(learning_rate 0.001, weight_decay 0.05) scale a weight?",
-        answer="**0.99995** = 1 - 0.001 x 0.05: only the decoupled decay acts.",
-    ),
-    Lesson(
-        key="own_optimizer",
-        title="Write your own optimizer",
-        question="How do I write a custom OptimizerV2 (e.g. accumulated SGD), and how do I know "
-                 "it is right?",
-        page="plugins",
-        steps=(
-            "Copy `plugins/template_optimizer.py` (a commented pure-rule optimizer with every "
-            "contract method) to a new file in the plugins folder.",
-            "Restart the app: the **Plugins** page shows the contract check of every file.",
-            "A plugin that passes appears in every optimizer list: train it on the Train page.",
-        ),
-        check="Which two methods hold the maths of a pure-rule optimizer?",
-        answer="`coefficients(hypers, step)` (what `_prepare_local` puts in `apply_state`) and "
-               "`update(grad, var, slots, coeffs)`; the adapter does the rest.",
-        minutes=15,
     ),
     Lesson(
         key="keras3",
@@ -266,6 +361,11 @@ LESSONS: tuple[Lesson, ...] = (
         answer="**0.0**: both call the same pure `coefficients` and `update`, so weights and "
                "every slot agree exactly (the page's tolerance is 1e-6).",
         minutes=6,
+        stage=2,
+        claims=(
+            Claim(3, "the largest |difference| in the parity table (Adam, float32, 20 steps)",
+                  "**0.0**", "keras3_parity"),
+        ),
     ),
     Lesson(
         key="mixed_precision",
@@ -285,6 +385,11 @@ LESSONS: tuple[Lesson, ...] = (
               "weights, the slots and the loss scale (dynamic scaling, starting at 2**15)?",
         answer="Weights and slots stay **unchanged** (the step is skipped) and the loss scale "
                "halves, 32768 -> 16384; `iterations` still counts the step.",
+        stage=2,
+        claims=(
+            Claim(1, "the loss scale before and after the first skipped step",
+                  "**32768** -> **16384**", "loss_scale_halves"),
+        ),
     ),
 )
 
@@ -301,4 +406,4 @@ def get(key: str) -> Lesson:
     raise KeyError(f"lesson={key!r} is unknown; known: {', '.join(x.key for x in LESSONS)}")
 
 
-__all__ = ["LESSONS", "Lesson", "PAGES", "PAGE_FILES", "get"]
+__all__ = ["LESSONS", "STAGES", "Claim", "Lesson", "PAGES", "PAGE_FILES", "get"]

@@ -96,3 +96,20 @@ def test_conventions_page_and_figure(tmp_path, monkeypatch):
     at.selectbox(key="cv_family").select("SGD momentum (lr halved at the middle step)").run()
     assert not at.exception, at.exception
     assert "halved at step 200" in at.info[0].value
+
+
+def test_coinciding_loss_curves_stay_visible_and_are_named():
+    """Adam's epsilon forms train to losses equal at the plot's scale: each line has its own
+    dash pattern, and the legend says which ones coincide with the first."""
+    from components.convention_figures import COINCIDE_RTOL, conventions_figure
+
+    table = cv.compare("Adam epsilon", steps=50)
+    fig = conventions_figure(table, "Adam epsilon")
+    losses = [t for t in fig.data if t.xaxis == "x2"]
+    assert len({t.line.dash for t in losses}) == len(losses) == 3
+    first = table[table["convention"] == losses[0].legendgroup]["loss"].to_numpy(float)
+    for trace in losses[1:]:
+        rows = table[table["convention"] == trace.legendgroup]["loss"].to_numpy(float)
+        close = bool(np.all(np.abs(rows - first) <= COINCIDE_RTOL * np.abs(first)))
+        assert ("identical to" in trace.name) == close
+    assert any("identical to" in t.name for t in fig.data if t.showlegend is not False)

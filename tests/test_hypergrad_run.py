@@ -215,6 +215,9 @@ def test_hypergradient_figure_traces():
     assert list(fig.data[0].y) == [-10.0, -50.0, -100.0, -150.0, -200.0]
     assert fig.layout.uirevision == 3
     assert "sign agreement 60%" in fig.layout.annotations[0].text
+    # the percentage is explained on the chart itself
+    assert fig.layout.annotations[-1].text == hf.SIGN_AGREEMENT_NOTE
+    assert "same way" in hf.SIGN_AGREEMENT_NOTE
     assert hf.sign_agreement(fake_grads()) == {"learning_rate": 60.0, "beta_1": 100.0}
     symlog = hf.hypergradient_figure(fake_grads(), symlog=True)
     assert symlog.data[0].y[1] == pytest.approx(np.arcsinh(-50.0))

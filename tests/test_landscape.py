@@ -111,6 +111,29 @@ def test_contour_figure_draws_paths_up_to_the_step():
     assert fig.data[0].colorbar.title.text == "log10(1+f-f*)"
 
 
+def test_playback_replays_every_path_from_step_zero():
+    """The figure's Play button replays in the browser from step 0 whatever the page's step:
+    frame k draws each path up to its step (end point exact) and the marker there."""
+    runner = landscape.LandscapeRunner("beale", [landscape.Racer(n, n) for n in ("adam", "sgd")],
+                                       jit_compile=False)
+    frame = runner.run((1.0, 1.4), 500)
+    fig = landscape_figures.contour_figure(landscape.grid("beale", n=20), frame, 500)
+    stops = [int(f.name) for f in fig.frames]
+    assert stops[0] == 0 and stops[-1] == 500 and len(stops) == landscape_figures.PLAYBACK_FRAMES
+    assert fig.layout.updatemenus[0].buttons[0].args[1]["fromcurrent"] is False
+    assert [s.label for s in fig.layout.sliders[0].steps] == [str(s) for s in stops]
+    for movie in (fig.frames[0], fig.frames[20], fig.frames[-1]):
+        stop = int(movie.name)
+        assert list(movie.traces) == [1, 2, 3, 4]  # adam path, adam marker, sgd path, marker
+        for trace, label in ((movie.data[0], "adam"), (movie.data[2], "sgd")):
+            row = frame[(frame["optimizer"] == label) & (frame["step"] == stop)].iloc[0]
+            assert (trace.x[-1], trace.y[-1]) == (row["x"], row["y"])
+            assert len(trace.x) <= landscape_figures.PLAYBACK_POINTS + 1
+        assert movie.data[1].x[0] == movie.data[0].x[-1]
+    assert not landscape_figures.contour_figure(landscape.grid("beale", n=20), frame, 500,
+                                                frames=1).frames
+
+
 def test_loss_and_tuning_figures():
     frame = landscape.trajectories_frame(["a", "b"], np.zeros((3, 2, 2)), np.array([[2.0, 1.0], [1.0, 0.5], [0.0, 0.25]]))
     fig = landscape_figures.loss_figure(frame, 1, f_min=0.0)

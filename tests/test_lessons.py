@@ -38,7 +38,7 @@ def test_table_is_well_formed():
         assert lesson.steps and lesson.check.endswith("?") and lesson.answer
         if lesson.run_setup:
             RunConfig(**lesson.run_setup)  # raises when the table holds an invalid run
-    with pytest.raises(KeyError, match="known: set_hyper"):
+    with pytest.raises(KeyError, match="known: momentum, bias_correction"):
         lessons.get("nope")
 
 
@@ -149,6 +149,9 @@ def test_a_lesson_link_sets_up_the_inside_step_page(key, tmp_path, monkeypatch):
     lesson = lessons.get(key)
     assert at.session_state["is_model"] == lesson.page_state["is_model"]
     assert any(lesson.title in e.label for e in at.expander)
+    shown = " ".join(c.value for c in at.caption)
+    for claim in lesson.claims:  # each claim is on the page, with its numbers
+        assert f"You will see: {claim.quantity}: {claim.expected}" in shown
 
 
 def test_every_builtin_optimizer_has_its_rule_and_pure_sources():
@@ -230,3 +233,181 @@ def test_set_hyper_kinds_from_live_calls():
     assert table.loc["LearningRateSchedule", "decayed_lr"] == pytest.approx(0.005)
     assert "ExponentialDecay" in table.loc["LearningRateSchedule", "serialized"]
     assert table.loc["callable", "serialized"] == pytest.approx(0.01)
+
+
+# ----- the claims each lesson step makes about the page -------------------------------------
+# Each function measures, with the code the page runs, what a `Claim` says the page shows; it
+# returns the claim's bold numbers in order and asserts the claim's direction.
+def _claim_adam_lr_t() -> list[float]:
+    inspector = StepInspector("adam", "dense")
+    lr_t = [next(iter(inspector.step().apply_state.values()))["lr_t"] for _ in range(30)]
+    assert all(a > b for a, b in zip(lr_t[:11], lr_t[1:12]))  # falls to step 12 ...
+    assert all(a < b for a, b in zip(lr_t[12:29], lr_t[13:30]))  # ... then rises
+    return [lr_t[0], lr_t[1], lr_t[9], lr_t[11], lr_t[29]]
+
+
+def _claim_adam_uncorrected() -> list[float]:
+    g = np.array([0.3, -2.0])
+    m, v = 0.1 * g, 0.001 * g**2  # Keras's defaults, one step from zero slots
+    uncorrected, corrected = m / np.sqrt(v), (m / 0.1) / np.sqrt(v / 0.001)
+    ratio = uncorrected / corrected
+    assert np.allclose(ratio, ratio[0]) and ratio[0] > 1  # too large, for every coordinate
+    return [float(ratio[0])]
+
+
+def _momentum_val_loss(momentum: float, steps: int) -> float:
+    from engine.train_step import Engine
+
+    setup = dict(lessons.get("momentum").run_setup)
+    setup["hyperparameters"] = {**setup["hyperparameters"], "momentum": momentum}
+    engine = Engine(RunConfig(**setup), "/CPU:0")
+    for _ in range(steps):
+        engine.step(record=False)
+    return engine.evaluate()[0]
+
+
+def _claim_momentum_digits() -> list[float]:
+    plain, heavy = _momentum_val_loss(0.0, 200), _momentum_val_loss(0.9, 200)
+    assert plain - heavy > 0.3
+    return [plain, heavy]
+
+
+def _landscape_paths() -> tuple[np.ndarray, np.ndarray]:
+    from teaching import landscape
+
+    state = lessons.get("momentum").page_state
+    runner = landscape.LandscapeRunner(state["ls_function"], [
+        landscape.Racer("plain", "sgd"), landscape.Racer("momentum", "sgd")])
+    runner.set_hypers("plain", {"learning_rate": state["ls_hp_sgd_learning_rate"],
+                                "momentum": state["ls_hp_sgd_momentum"]})
+    runner.set_hypers("momentum", {"learning_rate": state["ls_hp_sgd_learning_rate"],
+                                   "momentum": 0.9})
+    path, loss = runner.run_arrays((state["ls_x0"], state["ls_y0"]), state["ls_steps"])
+    return path, loss
+
+
+def _claim_momentum_zigzag() -> list[float]:
+    path, _ = _landscape_paths()
+    dy = np.sign(np.diff(path[:51, 0, 1]))
+    changes = int((dy[1:] != dy[:-1]).sum())
+    assert changes >= 45
+    return [changes]
+
+
+def _claim_momentum_landscape() -> list[float]:
+    path, loss = _landscape_paths()
+    plain, heavy = np.linalg.norm(path[-1], axis=1)
+    assert heavy < plain / 10 and loss[-1, 1] < loss[-1, 0]
+    return [plain, heavy]
+
+
+def _claim_adamw_factor() -> list[float]:
+    opt = registry.create("adamw", {"learning_rate": 0.001, "weight_decay": 0.05})
+    var = tf.Variable([2.0], dtype=tf.float64)
+    opt.apply_gradients([(tf.zeros([1], tf.float64), var)])
+    return [float(var[0]) / 2.0]
+
+
+def _claim_diffgrad_ratio() -> list[float]:
+    hypers = {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
+    moved = {}
+    for name in ("adam", "diffgrad"):
+        opt = registry.create(name, hypers)
+        var = tf.Variable([1.0, -2.0], dtype=tf.float64)
+        for _ in range(2):  # the same gradient twice
+            before = var.numpy().copy()
+            opt.apply_gradients([(tf.constant([0.3, -0.1], tf.float64), var)])
+        moved[name] = var.numpy() - before
+    ratio = moved["diffgrad"] / moved["adam"]
+    assert np.allclose(ratio, ratio[0], rtol=1e-9)
+    return [float(ratio[0])]
+
+
+def _claim_set_hyper_values() -> list[float]:
+    table = demos.attribute_vs_set_hyper()
+    closure = table[table["how"].str.contains("closure")].iloc[0]
+    hyper = table[table["how"].str.startswith("_set_hyper")].iloc[0]
+    return [closure["value_returned_after"], hyper["value_returned_after"]]
+
+
+def _claim_slot_names() -> list[float]:
+    record = StepInspector("adam", "dense").step()
+    return [len(record.slot_names_before), len(record.slot_names_after)]
+
+
+def _claim_prepare_local_calls() -> list[float]:
+    record = StepInspector("adam", "dense").step()
+    assert len(record.var_before) == 2
+    return [int((record.calls["method"] == "_prepare_local").sum())]
+
+
+def _claim_sparse_rows() -> list[float]:
+    record = StepInspector("adam", "embedding").step()
+    name = next(iter(record.var_before))
+    changed = np.any(record.var_before[name] != record.var_after[name], axis=1)
+    assert np.flatnonzero(changed).tolist() == sorted(set(EMBEDDING_IDS.ravel().tolist()))
+    return [int(changed.sum())]
+
+
+def _claim_template_contract() -> list[float]:
+    from optimizers import plugins
+
+    report = plugins.check_file(ROOT / "plugins" / "template_optimizer.py", register=False)
+    return [sum(not check.passed for cls in report.classes for check in cls.checks)]
+
+
+def _claim_one_step_first_update() -> list[float]:
+    from tests.test_hypergradients import make_problem
+    from hypergrad.forward import ForwardModeTrainer
+
+    model, opt, (xt, yt, xv, yv), batches = make_problem("sgd")
+    trainer = ForwardModeTrainer(model, opt, ["learning_rate"], xt, yt, xv, yv)
+    trainer.step(batches[0])
+    _, exact, one_step = trainer.hypergradients()
+    return [abs(one_step["learning_rate"] - exact["learning_rate"]) / abs(exact["learning_rate"])]
+
+
+def _claim_keras3_parity() -> list[float]:
+    from teaching import migration
+
+    return [float(migration.parity("adam", dtype=tf.float32)["max_abs_difference"].max())]
+
+
+def _claim_loss_scale_halves() -> list[float]:
+    from teaching import mixed_precision
+
+    run = mixed_precision.train("mixed_float16", "adam", steps=3, overflow_at=(2,))
+    skipped = run.steps[run.steps["skipped"]].iloc[0]
+    return [skipped["loss_scale_before"], skipped["loss_scale_after"]]
+
+
+CLAIMS = {name[len("_claim_"):]: fn for name, fn in globals().items()
+          if name.startswith("_claim_")}
+ALL_CLAIMS = [(lesson.key, claim) for lesson in lessons.LESSONS for claim in lesson.claims]
+
+
+def test_every_lesson_states_claims_a_test_measures():
+    for lesson in lessons.LESSONS:
+        assert lesson.claims, f"{lesson.key}: no claim about what its page shows"
+        for claim in lesson.claims:
+            assert claim.measure in CLAIMS, f"{lesson.key}: no measurement {claim.measure!r}"
+            assert 1 <= claim.step <= len(lesson.steps)
+            assert re.search(r"\*\*[0-9.]+\*\*", claim.expected), claim
+
+
+def test_lessons_form_a_path_concepts_first():
+    stages = [lesson.stage for lesson in lessons.LESSONS]
+    assert stages == sorted(stages) and set(stages) == set(range(len(lessons.STAGES)))
+
+
+@pytest.mark.parametrize("key,claim", ALL_CLAIMS, ids=[f"{k}-{c.measure}" for k, c in ALL_CLAIMS])
+def test_each_claim_holds_with_the_numbers_the_page_shows(key, claim):
+    measured = CLAIMS[claim.measure]()
+    shown = [float(n) for n in re.findall(r"\*\*([0-9.]+)\*\*", claim.expected)]
+    assert len(shown) == len(measured), (claim.expected, measured)
+    for text, value in zip(re.findall(r"\*\*([0-9.]+)\*\*", claim.expected), measured):
+        digits = len(text.split(".")[1]) if "." in text else 0
+        # printed with the digits it needs: equal to the measured value at that rounding
+        # (three significant digits for the small ones)
+        tolerance = max(0.5 * 10 ** -digits, 5e-3 * abs(value)) if digits else 0.5
+        assert abs(float(text) - value) <= tolerance, (key, text, value)

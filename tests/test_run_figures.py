@@ -196,3 +196,45 @@ def test_slot_caption_names_the_optimizer_shown():
     assert "sgd actually applied" in sgd and "`momentum`" in sgd and "Adam" not in sgd
     assert "for Adam" in slot_caption("adam", ["m", "v", "update"])
     assert "rmsprop creates no slot" in slot_caption("rmsprop", ["update"])
+
+
+def test_overlay_loss_marks_where_recording_turns_to_means():
+    """Past step 1,000 a train-loss point is a 10-step mean: the overlay says so where its
+    runs reach it, as the Train page's loss chart does."""
+    short = pd.DataFrame({"step": [1, 500, 900], "name": "train_loss", "value": [2.0, 1.0, 0.5]})
+    long = pd.DataFrame({"step": [1, 1_000, 12_000], "name": "train_loss",
+                         "value": [2.0, 1.0, 0.5]})
+    assert not rf.overlay_loss_figure({1: short}, LABELS).layout.shapes
+    fig = rf.overlay_loss_figure({1: short, 2: long}, LABELS)
+    assert [shape.x0 for shape in fig.layout.shapes] == [1_000, 10_000]
+    assert [a.text for a in fig.layout.annotations] == ["10-step means from here",
+                                                       "100-step means from here"]
+
+
+def _changes(rows: list[tuple[int, str, float, float, str]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["step", "name", "old", "new", "source"])
+
+
+def test_runs_steered_differently_differ_in_their_trajectories():
+    """Two runs from the same config: three live changes and a schedule switch on one, none
+    on the other. Their configs are equal; their trajectories are not."""
+    start = [(0, "learning_rate", None, 0.01, "init"), (0, "beta_1", None, 0.9, "init")]
+    steered = _changes(start + [(120, "learning_rate", 0.01, 0.003, "user"),
+                                (300, "beta_1", 0.9, 0.5, "user"),
+                                (300, "step traces", 1, 2, "user: constant -> ExponentialDecay"),
+                                (300, "lr_schedule.decay_rate", None, 0.5, "user"),
+                                (450, "learning_rate", 0.003, 0.01, "auto-tune")])
+    plain = _changes(start)
+    assert rf.differing_fields([{"optimizer": "adam"}, {"optimizer": "adam"}]) == []
+    assert rf.trajectory_differences({1: steered, 2: plain}) == [
+        "learning_rate", "beta_1", "lr_schedule.decay_rate"]
+    assert rf.trajectory_differences({1: steered, 2: steered.copy()}) == []
+    # the same name changed to the same value at another step differs too
+    later = _changes(start + [(121, "learning_rate", 0.01, 0.003, "user")])
+    early = _changes(start + [(120, "learning_rate", 0.01, 0.003, "user")])
+    assert rf.trajectory_differences({1: early, 2: later}) == ["learning_rate"]
+    table = rf.live_changes_table({1: steered, 2: plain}, LABELS)
+    assert list(table.columns) == ["run", "step", "name", "old", "new", "source"]
+    assert table["run"].tolist() == ["#1 lr=0.1"] * 4  # init rows and retrace counts left out
+    assert table["step"].tolist() == [120, 300, 300, 450]
+    assert rf.live_changes_table({2: plain}, LABELS).empty

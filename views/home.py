@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from teaching.lessons import LESSONS, PAGE_FILES
+from teaching.lessons import LESSONS, PAGE_FILES, STAGES, Lesson
 
 PAGE_TITLES = {"train": "Train", "hypergrad": "Hyper-gradients", "inside_step": "Inside one step",
                "landscape": "Landscape", "plugins": "Plugins", "runs": "Runs",
@@ -35,15 +35,25 @@ def lesson_cards() -> None:
     st.header("Lessons")
     st.caption("Each lesson answers one question people keep asking: it sets up the page, "
                "walks you through it in a panel at the top and ends with a check question.")
-    columns = st.columns(COLUMNS)
-    for index, lesson in enumerate(LESSONS):
-        with columns[index % COLUMNS].container(border=True, key=f"lesson_card_{lesson.key}"):
-            st.markdown(f"**{lesson.title}**")
-            st.caption(f"{lesson.question}")
-            st.caption(f"{PAGE_TITLES[lesson.page]} · about {lesson.minutes} min")
-            page = "train" if lesson.run_setup else lesson.page
-            st.page_link(f"views/{PAGE_FILES[page]}", label="Open the lesson",
-                         icon=":material/school:", query_params={"lesson": lesson.key})
+    number = 0
+    for stage, stage_title in enumerate(STAGES):
+        st.subheader(f"{stage + 1} · {stage_title}")
+        columns = st.columns(COLUMNS)
+        for index, lesson in enumerate(x for x in LESSONS if x.stage == stage):
+            number += 1
+            with columns[index % COLUMNS].container(border=True,
+                                                    key=f"lesson_card_{lesson.key}"):
+                lesson_card(number, lesson)
+
+
+def lesson_card(number: int, lesson: Lesson) -> None:
+    """One card: the lesson's place on the path, its question, page and length, a link."""
+    st.markdown(f"**{number}. {lesson.title}**")
+    st.caption(f"{lesson.question}")
+    st.caption(f"{PAGE_TITLES[lesson.page]} · about {lesson.minutes} min")
+    page = "train" if lesson.run_setup else lesson.page
+    st.page_link(f"views/{PAGE_FILES[page]}", label="Open the lesson",
+                 icon=":material/school:", query_params={"lesson": lesson.key})
 
 
 intro()
