@@ -15,6 +15,7 @@ import streamlit as st
 
 from components import lesson_panel
 from components import landscape_figures
+from components.charts import chart
 from components.hyper_widgets import hyper_widgets, invalid_hypers
 from components.plugin_loader import load_plugins
 from optimizers import registry
@@ -90,10 +91,6 @@ def on_tune() -> None:
 def nudge(delta: int) -> None:
     state = st.session_state
     state["ls_step"] = int(min(max(state["ls_step"] + delta, 0), int(state["ls_steps"])))
-
-
-def chart(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
 
 
 def sidebar(names: list[str]) -> dict[str, dict[str, float]]:

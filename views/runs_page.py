@@ -18,6 +18,7 @@ from components.store_guard import guard_page
 from components import lesson_panel
 from components import links
 from components import run_figures as rf
+from components.charts import chart
 from components import session_runs
 from components.figures import DISPLAY_POINTS
 from settings.config_file import MAX_BYTES, ConfigImportError
@@ -354,10 +355,6 @@ def import_section() -> None:
     else:
         st.button("Start a run with this config", key="import_start", type="primary",
                   on_click=on_import_start)
-
-
-def chart(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
 
 
 @guard_page  # a read-only or full data directory: one line, not a traceback
