@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -16,8 +15,8 @@ from runs import control
 from runs.ownership import Caller
 from runs.store import RunStore
 from settings.run_config import RunConfig
+from tests._pages import page_test
 
-PAGE = str(Path(__file__).resolve().parents[1] / "views" / "hypergrad_page.py")
 OWNER, STRANGER = "o" * 43, "s" * 43
 
 
@@ -35,7 +34,7 @@ def live_run(store: RunStore) -> int:
 
 
 def page(token: str) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("hypergrad", default_timeout=60)
     at.session_state[session_runs._TOKEN] = token
     at.run()
     assert not at.exception, at.exception

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,6 @@ from settings.run_config import RunConfig
 from runs.store import COMMAND_KINDS, RunStore
 
 STEPS = 60
-PAGE = str(Path(__file__).resolve().parents[1] / "views" / "hypergrad_page.py")
 
 
 # ----- an in-process run following learning_rate and beta_1 ------------------------------------
@@ -259,7 +257,7 @@ def test_cost_metrics_and_slice_values():
 
 # ----- the page -------------------------------------------------------------------------------
 def test_page_shows_a_fake_run(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
+    from tests._pages import page_test
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     store = RunStore(tmp_path / "runs.sqlite")
@@ -277,7 +275,7 @@ def test_page_shows_a_fake_run(tmp_path, monkeypatch):
         "plain_step_ms": 1.5, "hyper_step_ms": 3.0, "ratio": 2.0, "tangent_bytes": 2_500_000,
         "window_bytes": 5_000_000, "reverse_horizon": 5})
     store.set_status(run_id, "finished", "finished 20 steps")
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("hypergrad", default_timeout=60)
     at.session_state["run_id"] = run_id
     at.run()
     assert not at.exception, at.exception

@@ -269,9 +269,8 @@ def test_figure_titles_and_hover_say_which_schedule():
 
 def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
     import json
-    from pathlib import Path
 
-    from streamlit.testing.v1 import AppTest
+    from tests._pages import page_test
 
     from components import correctness_runner
     from runs.store import RunStore
@@ -288,8 +287,7 @@ def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
     store.set_status(run_id, "finished", "finished 20 steps")
     stored = store.run(run_id)["config"]
     key = f"hg_check_{correctness_runner.cache_key(stored)}"
-    page = str(Path(__file__).resolve().parents[1] / "views" / "hypergrad_page.py")
-    at = AppTest.from_file(page, default_timeout=60)
+    at = page_test("hypergrad", default_timeout=60)
     at.session_state[key] = {  # a finished check of this configuration (no TF in the test)
         "rows": [{"hyperparameter": "lr_schedule.decay_rate", "forward": -1.5, "reverse": -1.5,
                   "finite_difference": -1.5000001, "rel_err_forward_reverse": 1e-15,

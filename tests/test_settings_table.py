@@ -160,11 +160,10 @@ def test_settings_imports_neither_streamlit_nor_tensorflow():
 def test_every_field_has_its_place_on_the_train_page(tmp_path, monkeypatch):
     """The Train page draws a widget for every field (an int field of the table gets a number
     input with the table's bounds without editing the page)."""
-    from streamlit.testing.v1 import AppTest
+    from tests._pages import page_test
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    page = Path(__file__).resolve().parents[1] / "views" / "train.py"
-    at = AppTest.from_file(str(page), default_timeout=60)
+    at = page_test("train", default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     widgets = {w.key: w for kind in ("number_input", "selectbox", "checkbox", "multiselect",

@@ -208,14 +208,11 @@ def test_run_that_loses_its_store_fails_with_the_reason(small_disk, monkeypatch,
         control.reap()
 
 
-@pytest.mark.parametrize("page", ["train.py", "runs_page.py", "hypergrad_page.py"])
+@pytest.mark.parametrize("page", ["train", "runs", "hypergrad"])
 def test_pages_show_one_line_when_the_store_is_unavailable(page, tmp_path, monkeypatch):
     """Every page that reads the store shows the reason in one line, not a traceback."""
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
-
     from runs.store import RunStore, StoreUnavailable
+    from tests._pages import page_test
 
     def unavailable(self, *args, **kwargs):
         raise StoreUnavailable(f"the data directory {tmp_path} is read-only (attempt to write "
@@ -223,7 +220,6 @@ def test_pages_show_one_line_when_the_store_is_unavailable(page, tmp_path, monke
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     monkeypatch.setattr(RunStore, "runs", unavailable)
-    path = Path(__file__).resolve().parents[1] / "views" / page
-    at = AppTest.from_file(str(path), default_timeout=120).run()
+    at = page_test(page, default_timeout=120).run()
     assert not at.exception, at.exception
     assert [e.value for e in at.error if "is read-only" in e.value], [e.value for e in at.error]

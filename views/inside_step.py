@@ -330,7 +330,7 @@ def questions_view() -> None:
         st.markdown(WHY_APPLY_GRADIENTS)
 
 
-def main() -> None:
+def page() -> None:
     load_plugins()
     init_state()
     st.title("Inside one step")
@@ -365,6 +365,3 @@ def _hyper_now(ins) -> pd.DataFrame:
     from teaching.inspect_step import hyper_table
 
     return hyper_table(ins.optimizer)
-
-
-main()

@@ -120,7 +120,7 @@ def sidebar(names: list[str]) -> dict[str, dict[str, float]]:
     return hypers
 
 
-def main() -> None:
+def page() -> None:
     from teaching import landscape
 
     load_plugins()
@@ -172,6 +172,3 @@ def main() -> None:
     st.markdown(TUNE_TEXT)
     if state["ls_tuning"] is not None and not state["ls_tuning"].empty:
         chart(landscape_figures.tuning_figure(state["ls_tuning"]), "ls_tune_fig")
-
-
-main()

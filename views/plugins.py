@@ -52,7 +52,7 @@ def class_report(entry, key: str) -> None:
     st.caption(f"{passed}/{len(entry.checks)} items pass")
 
 
-def main() -> None:
+def page() -> None:
     directory, reports = load_plugins()
     st.title("Bring your own optimizer")
     lesson_panel.show("plugins")
@@ -77,6 +77,3 @@ def main() -> None:
             st.info("imported, but it defines no OptimizerV2 subclass")
         for j, entry in enumerate(report.classes):
             class_report(entry, f"pl_{i}_{j}")
-
-
-main()

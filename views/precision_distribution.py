@@ -198,12 +198,9 @@ def distribution_section() -> None:
                "strategy.")
 
 
-def main() -> None:
+def page() -> None:
     st.title("Mixed precision & distribution")
     lesson_panel.show("precision")
     mixed_section()
     live_section()
     distribution_section()
-
-
-main()

@@ -84,7 +84,7 @@ def live_view(run: dict[str, Any], active: bool) -> None:
 
 
 @guard_page  # a read-only or full data directory: one line, not a traceback
-def main() -> None:
+def page() -> None:
     train_setup.plugins_for_this_page()
     train_setup.init_state()
     # before the Setup widgets exist
@@ -119,6 +119,3 @@ def main() -> None:
     if run is None:
         return
     live_area.live_area(run["id"], run["status"] in LIVE_STATUSES, live_view)
-
-
-main()

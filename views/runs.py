@@ -358,7 +358,7 @@ def import_section() -> None:
 
 
 @guard_page  # a read-only or full data directory: one line, not a traceback
-def main() -> None:
+def page() -> None:
     init_state()
     st.title("Optimizer Lab · Runs")
     lesson_panel.show("runs")
@@ -368,7 +368,7 @@ def main() -> None:
     if table.empty:
         st.info("No run in the store yet: train one on the Train page, from the command line "
                 "(`python -m optimizer_lab train ...`) or import a config below.")
-        links.page_link("views/train.py", label="Train a first run (Adam on the digits)",
+        links.page_link("train", label="Train a first run (Adam on the digits)",
                         icon=":material/play_arrow:")
     else:
         runs_table(table)
@@ -390,6 +390,3 @@ def teacher_section() -> None:
                       on_change=on_teacher_secret,
                       help="the OPTIMIZER_LAB_TEACHER_SECRET of this server: lets this session "
                            "stop, rename and delete any run; every such action is recorded")
-
-
-main()

@@ -255,7 +255,7 @@ HG_SETUP_LINK = {"label": "Open the Train page set up to follow the learning rat
 
 
 @guard_page  # a read-only or full data directory: one line, not a traceback
-def main() -> None:
+def page() -> None:
     st.title("Optimizer Lab · Hyper-gradients")
     lesson_panel.show("hypergrad")
     with st.expander("What the terms on this page mean"):
@@ -269,7 +269,7 @@ def main() -> None:
     if not ids:
         st.info("No run yet: on the **Train** page, open **Hyper-gradients** in the Setup "
                 "sidebar, tick *follow hyper-gradients* and press **Start**.")
-        links.page_link("views/train.py", **HG_SETUP_LINK)
+        links.page_link("train", **HG_SETUP_LINK)
         correctness_panel(None)
         return
     state = st.session_state
@@ -288,7 +288,7 @@ def main() -> None:
         st.info(f"Run #{run['id']} does not follow hyper-gradients. On the **Train** page open "
                 "**Hyper-gradients** in the Setup sidebar, tick *follow hyper-gradients* and "
                 "start a run.")
-        links.page_link("views/train.py", **HG_SETUP_LINK)
+        links.page_link("train", **HG_SETUP_LINK)
     else:
         active = run["status"] in ACTIVE_STATUSES
         st.checkbox("asinh scale (keeps signs, compresses decades)", key=f"hg_symlog_{run['id']}",
@@ -303,6 +303,3 @@ def main() -> None:
             slice_controls(run)
     st.divider()
     correctness_panel(run)
-
-
-main()
