@@ -1,5 +1,5 @@
-"""`python -m optimizer_lab`: a short real run into a store, list, export, import-and-rerun,
-and argparse-style refusals naming the flag and its range."""
+"""`python -m lab_cli` (the `optimizer-lab` command): a short real run into a store, list,
+export, import-and-rerun, and argparse-style refusals naming the flag and its range."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer_lab.cli import build_parser, config_from_args, main
+from lab_cli.cli import build_parser, config_from_args, main
 from runs.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,7 @@ TRAIN = ["train", "--optimizer", "sgd", "--learning-rate", "0.05", "--momentum",
 
 def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "optimizer_lab", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "lab_cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -74,7 +74,7 @@ def _error(argv: list[str], capsys) -> str:
 ])
 def test_bad_flag_values_are_argparse_errors(argv, fragments, capsys):
     err = _error(["train", *argv], capsys)
-    assert err.startswith("python -m optimizer_lab: error: ") and err.count("\n") == 1, err
+    assert err.startswith("optimizer-lab: error: ") and err.count("\n") == 1, err
     for fragment in fragments:
         assert fragment in err, err
 
@@ -137,7 +137,8 @@ def test_autotune_flag_syntax_is_checked_by_argparse(capsys):
 
 @pytest.mark.parametrize("value", ["abc", "0", "65", "1.5"])
 def test_bad_pool_size_is_one_line_naming_the_variable(value, tmp_path, monkeypatch, capsys):
-    """Issue 16: `OPTIMIZER_LAB_POOL_SIZE=abc python -m optimizer_lab train` printed a traceback."""
+    """`OPTIMIZER_LAB_POOL_SIZE=abc optimizer-lab train`: one line naming the variable, no
+    traceback."""
     monkeypatch.setenv("OPTIMIZER_LAB_POOL_SIZE", value)
     store = tmp_path / "runs.sqlite"
     with pytest.raises(SystemExit) as exit_:
@@ -164,7 +165,7 @@ def test_bad_worker_nice_is_one_line_naming_the_variable(tmp_path, monkeypatch, 
 def test_bad_pool_size_process_exits_2_without_traceback(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3",
                OPTIMIZER_LAB_HOME=str(tmp_path), OPTIMIZER_LAB_POOL_SIZE="abc")
-    done = subprocess.run([sys.executable, "-m", "optimizer_lab", "train", "--steps", "1"],
+    done = subprocess.run([sys.executable, "-m", "lab_cli", "train", "--steps", "1"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines()  # TensorFlow's own start-up notices
@@ -176,7 +177,7 @@ def test_bad_pool_size_process_exits_2_without_traceback(tmp_path):
 @pytest.mark.slow  # the plugin check runs in a child process that imports TensorFlow
 def test_the_command_line_loads_plugins_for_a_plugin_optimizer(tmp_path, monkeypatch, capsys,
                                                               request):
-    from optimizer_lab import cli
+    from lab_cli import cli
     from optimizers import plugins, registry
 
     state = registry.snapshot()  # the plugins registered here are dropped afterwards

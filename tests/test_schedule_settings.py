@@ -11,7 +11,7 @@ import sys
 import pydantic
 import pytest
 
-from optimizer_lab.cli import build_parser, config_from_args
+from lab_cli.cli import build_parser, config_from_args
 from optimizers.schedule_specs import SCHEDULE_SPECS, default_config, validate_schedule
 from settings import fields
 from settings.cli_flags import FlagError, to_argv

@@ -16,7 +16,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from optimizer_lab.cli import build_parser, config_from_args
+from lab_cli.cli import build_parser, config_from_args
 from settings import fields
 from settings.cli_flags import flag, to_argv
 from settings.config_file import parse_config

@@ -121,10 +121,10 @@ def test_cli_help_loads_no_tensorflow():
         import contextlib, io, runpy, sys
         texts = []
         for argv in (["--help"], ["train", "--help"]):
-            sys.argv = ["optimizer_lab", *argv]
+            sys.argv = ["lab_cli", *argv]
             out = io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-                runpy.run_module("optimizer_lab", run_name="__main__", alter_sys=True)
+                runpy.run_module("lab_cli", run_name="__main__", alter_sys=True)
             texts.append(out.getvalue())
         report(texts=texts)
     """)
@@ -136,7 +136,7 @@ def test_cli_help_loads_no_tensorflow():
 def test_cli_refusal_of_a_bad_flag_loads_no_tensorflow():
     result = probe("""
         import contextlib, io
-        from optimizer_lab import cli
+        from lab_cli import cli
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
             cli.main(["train", "--optimizer", "nope"])
@@ -148,7 +148,7 @@ def test_cli_refusal_of_a_bad_flag_loads_no_tensorflow():
 
 def test_cli_config_validation_loads_no_tensorflow():
     result = probe("""
-        from optimizer_lab import cli
+        from lab_cli import cli
         parser = cli.build_parser()
         args = parser.parse_args(["train", "--optimizer", "sgd", "--nesterov", "--momentum",
                                   "0.5", "--learning-rate", "0.1", "--steps", "5"])

@@ -17,7 +17,7 @@ HOW_TO = """
 **Start from the template**: copy `plugins/template_optimizer.py` (SGD with gradient
 accumulation, every contract method commented) to a new file in the plugins folder, rename its
 class and `REGISTRY_NAME`, change `coefficients` and `update`, restart the app, and read its
-report below. The command line finds it too: `python -m optimizer_lab train --optimizer NAME`.
+report below. The command line finds it too: `optimizer-lab train --optimizer NAME`.
 
 Write an `OptimizerV2` subclass (best: a `RuleOptimizer` with a pure `coefficients` / `update`)
 in a `.py` file and put it in the plugins folder: `./plugins` by default,

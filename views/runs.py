@@ -367,7 +367,7 @@ def page() -> None:
     table = rf.overview_table(store().runs(), store().last_scalars())
     if table.empty:
         st.info("No run in the store yet: train one on the Train page, from the command line "
-                "(`python -m optimizer_lab train ...`) or import a config below.")
+                "(`optimizer-lab train ...`) or import a config below.")
         links.page_link("train", label="Train a first run (Adam on the digits)",
                         icon=":material/play_arrow:")
     else:

@@ -1,10 +1,12 @@
 """The command line: train, list, export and import runs of the run store, without the browser.
 
-    python -m optimizer_lab train --optimizer adam --learning-rate 0.01 --dataset digits \\
+    optimizer-lab train --optimizer adam --learning-rate 0.01 --dataset digits \\
         --steps 500 --seed 0 [--config FILE.json] [--store PATH] [--name TEXT]
-    python -m optimizer_lab list [--store PATH]
-    python -m optimizer_lab export RUN_ID --out DIR [--store PATH] [--no-tensorboard]
-    python -m optimizer_lab import FILE.json|RUN.zip [--store PATH]
+    optimizer-lab list [--store PATH]
+    optimizer-lab export RUN_ID --out DIR [--store PATH] [--no-tensorboard]
+    optimizer-lab import FILE.json|RUN.zip [--store PATH]
+
+(`optimizer-lab` is the command `pip install -e .` installs; `python -m lab_cli` is the same.)
 
 `train` and `import` create the run in the store (default `$OPTIMIZER_LAB_HOME/runs.sqlite`,
 the one the Streamlit app shows) and start the same run process the Train page starts
@@ -17,7 +19,7 @@ hyperparameter from the registry's `HyperSpec`s (`--learning-rate`, `--beta-1`, 
 option (`--amsgrad`, `--nesterov`, `--inner`, ...); the values go through the one decoder
 (`settings.decode`) that the share link and the config file use too. Any refusal (a bad value,
 an unknown name, a missing or unreadable file, a store that is not one, a bad
-`OPTIMIZER_LAB_POOL_SIZE`) is ONE line on stderr, `python -m optimizer_lab <command>: error:
+`OPTIMIZER_LAB_POOL_SIZE`) is ONE line on stderr, `optimizer-lab <command>: error:
 argument --flag: ... allowed ...`, exit status 2, no traceback. `import` takes a config JSON or an
 exported run zip. The run's exit status is 0 when it finished, 1 otherwise.
 
@@ -52,6 +54,7 @@ from settings.run_config import RunConfig
 from runs.store import FINAL_STATUSES, RunStore
 
 __all__ = ["build_parser", "config_from_args", "flag", "hyper_specs", "main", "option_types"]
+PROG = "optimizer-lab"  # the installed command ([project.scripts] in pyproject.toml)
 POLL_S = 0.2
 MAX_NAME_CHARS = 120  # as `RunStore.rename_run`
 
@@ -82,7 +85,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser; hyperparameter and option flags come from the registry."""
-    parser = Parser(prog="python -m optimizer_lab",
+    parser = Parser(prog=PROG,
                     description="Optimizer Lab from the command line.")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -289,13 +292,13 @@ def _without_plugins_flag(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `python -m optimizer_lab`; returns the exit status."""
+    """Entry point of `optimizer-lab` and `python -m lab_cli`; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         for note in load_plugins_for(argv):
-            print(f"python -m optimizer_lab: {note}", file=sys.stderr)
+            print(f"{PROG}: {note}", file=sys.stderr)
     except ValueError as error:  # a refused plugin timeout variable
-        print(f"python -m optimizer_lab: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     argv = _without_plugins_flag(argv)
     parser = build_parser()
