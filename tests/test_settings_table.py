@@ -18,7 +18,8 @@ import pytest
 
 from lab_cli.cli import build_parser, config_from_args
 from settings import fields
-from settings.cli_flags import flag, to_argv
+from settings.cli_flags import flag
+from tests.cli_argv import to_argv
 from settings.config_file import parse_config
 from settings.decode import hyper_model
 from settings.run_config import RunConfig
