@@ -291,9 +291,9 @@ def test_page_shows_a_fake_run(tmp_path, monkeypatch):
         "plain_step_ms": 1.5, "hyper_step_ms": 3.0, "ratio": 2.0, "tangent_bytes": 2_500_000,
         "window_bytes": 5_000_000, "reverse_horizon": 5})
     store.set_status(run_id, "finished", "finished 20 steps")
-    at = page_test("hypergrad", default_timeout=60)
-    at.session_state["run_id"] = run_id
-    at.run()
+    at = page_test("hypergrad", default_timeout=60).run()
+    assert at.selectbox(key="hg_run").value is None  # not this session's run: opened by hand
+    at.selectbox(key="hg_run").set_value(run_id).run()
     assert not at.exception, at.exception
     assert at.selectbox(key="hg_run").value == run_id
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]

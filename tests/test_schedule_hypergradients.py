@@ -270,11 +270,10 @@ def test_figure_titles_and_hover_say_which_schedule():
 def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
     import json
 
-    from tests._pages import page_test
-
     from components import correctness_runner
     from runs.store import RunStore
     from settings.run_config import RunConfig
+    from tests._pages import page_test
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     store = RunStore(tmp_path / "runs.sqlite")
@@ -294,6 +293,7 @@ def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
                   "rel_err_forward_fd": 7e-8, "passed": True}],
         "passed": True, "labels": {"lr_schedule.decay_rate":
                                    "lr_schedule.decay_rate (ExponentialDecay)"}}
+    at.session_state["hg_run"] = run_id  # another session's run, opened view only
     at.run()
     assert not at.exception, at.exception
     grads = json.loads(at.get("plotly_chart")[0].proto.spec)

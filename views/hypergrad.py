@@ -274,12 +274,20 @@ def page() -> None:
         return
     state = st.session_state
     if state.get("hg_run") not in ids:
+        # A session opens on its own newest run, never on another user's (see session_runs).
         mine = [i for i in session_runs.my_runs(store()) if i in ids]
-        with_hg = [i for i in ids if json.loads(
-            runs_table.loc[runs_table["id"] == i, "config"].iloc[0]).get("hypergradients")]
-        state["hg_run"] = mine[-1] if mine else (with_hg[0] if with_hg else ids[0])
+        state["hg_run"] = mine[-1] if mine else None
     st.selectbox("run", ids, key="hg_run", format_func=lambda i: run_label(runs_table, i),
+                 placeholder="open a run of the store (view only unless it is yours)",
                  help="this session's newest run by default; other sessions' runs are view only")
+    if state["hg_run"] is None:
+        st.info("No run in this session yet: on the **Train** page, open **Hyper-gradients** in "
+                "the Setup sidebar, tick *follow hyper-gradients* and press **Start**, or open a "
+                "run of the store above.")
+        links.page_link("train", **HG_SETUP_LINK)
+        st.divider()
+        correctness_panel(None)
+        return
     run = store().run(int(state["hg_run"]))
     if not session_runs.owns(run):
         st.caption(f"View only: run #{run['id']} belongs to another browser session (or to "
