@@ -56,6 +56,7 @@ from runs.store import FINAL_STATUSES, RunStore
 __all__ = ["build_parser", "config_from_args", "flag", "hyper_specs", "main", "option_types"]
 PROG = "optimizer-lab"  # the installed command ([project.scripts] in pyproject.toml)
 POLL_S = 0.2
+FINAL_SCALARS = ("train_loss", "val_loss", "val_accuracy")  # printed when a followed run ends
 MAX_NAME_CHARS = 120  # as `RunStore.rename_run`
 
 
@@ -199,6 +200,16 @@ def _progress(store: RunStore, run_id: int, total: int, show: bool) -> dict[str,
             time.sleep(POLL_S)
 
 
+def final_scalars(store: RunStore, run_id: int) -> str:
+    """The run's last recorded value of each of `FINAL_SCALARS` with its step, e.g.
+    `train_loss 0.2131 (step 40) · val_loss 0.2544 (step 40) · val_accuracy 0.9222 (step 40)`
+    (4 significant digits; a scalar never recorded is left out; "" when none is)."""
+    table = store.scalars(run_id, FINAL_SCALARS)
+    last = table.groupby("name", sort=False).tail(1).set_index("name")
+    return " · ".join(f"{name} {last.loc[name, 'value']:.4g} (step {int(last.loc[name, 'step'])})"
+                      for name in FINAL_SCALARS if name in last.index)
+
+
 def run_config(config: RunConfig, store: RunStore, args: argparse.Namespace) -> int:
     """Start `config` as a run and (unless `--detach`) follow it; returns the exit status."""
     from runs import control
@@ -219,6 +230,9 @@ def run_config(config: RunConfig, store: RunStore, args: argparse.Namespace) -> 
             pass
         run = control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
     print(f"run {run_id} {run['status']}: {run['message']}", file=sys.stderr)
+    final = final_scalars(store, run_id)
+    if final:  # the validation numbers too, not only the progress bar's train loss
+        print(f"run {run_id} final: {final}", file=sys.stderr)
     print(run_id)
     return 0 if run["status"] == "finished" else 1
 

@@ -3,6 +3,7 @@ export, import-and-rerun, and argparse-style refusals naming the flag and its ra
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import pytest
 
 from lab_cli.cli import build_parser, config_from_args, main
 from runs.store import RunStore
+from settings.run_config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["train", "--optimizer", "sgd", "--learning-rate", "0.05", "--momentum", "0.9",
@@ -32,6 +34,12 @@ def test_train_list_export_import_rerun(tmp_path, capsys):
     run_id = int(done.stdout.split()[-1])
     assert "40/40" in done.stderr and "finished" in done.stderr  # the progress bar's last state
     store = RunStore(store_path)
+    final = next(line for line in done.stderr.splitlines()
+                 if line.startswith(f"run {run_id} final: "))
+    last = store.scalars(run_id, ["train_loss", "val_loss", "val_accuracy"]).groupby("name").last()
+    assert sorted(last.index) == ["train_loss", "val_accuracy", "val_loss"]
+    for name, row in last.iterrows():  # the validation numbers, not only the train loss
+        assert f"{name} {row['value']:.4g} (step {int(row['step'])})" in final, final
     run = store.run(run_id)
     assert (run["status"], run["step"], run["name"]) == ("finished", 40, "from the cli")
     assert run["config"]["hyperparameters"] == {"learning_rate": 0.05, "momentum": 0.9}
@@ -52,6 +60,20 @@ def test_train_list_export_import_rerun(tmp_path, capsys):
     assert store.run(rerun)["config"] == run["config"]
     losses = [store.scalars(r, ["train_loss"])["value"].tolist() for r in (run_id, rerun)]
     assert len(losses[0]) == 40 and losses[0] == losses[1]  # same config and seed: same curve
+
+
+def test_final_line_names_train_and_validation_numbers(tmp_path):
+    from lab_cli.cli import final_scalars
+    from tests.fake_runs import add_fake_run
+
+    store = RunStore(tmp_path / "runs.sqlite")
+    run_id = add_fake_run(store, steps=30)
+    text = final_scalars(store, run_id)
+    assert text == (f"train_loss {2.3 * math.exp(-30 / 11):.4g} (step 30) · "
+                    f"val_loss {2.3 * math.exp(-30 / 13.2):.4g} (step 30) · "
+                    "val_accuracy 0.9 (step 30)")
+    empty = store.create_run(RunConfig(steps=5).to_json_dict())
+    assert final_scalars(store, empty) == ""  # nothing recorded yet
 
 
 def _error(argv: list[str], capsys) -> str:
