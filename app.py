@@ -1,36 +1,46 @@
-"""Optimizer Lab: the Streamlit entry point (`streamlit run app.py`). Pages live in `views/`.
+"""Optimizer Lab: the Streamlit entry point (`streamlit run app.py`). It only routes: each page
+is the `page()` function of its module in `views/` (`views.PAGES`), at URL `/<module>`.
 
 The server never imports TensorFlow for the pages that only show specs, runs and records
-(Home, Train, Runs, Hyper-gradients): optimizer facts come from `optimizers.catalog`, plugins
-are checked and described in a child process (`components.plugin_loader`), and the device list
-comes from a child too (`components.device_list`, started by the first page that asks).
+(Home, Train, Runs, Hyper-gradients): a page's module is imported the first time someone opens
+it, optimizer facts come from `optimizers.catalog`, plugins are checked and described in a child
+process (`components.plugin_loader`), and the device list comes from a child too
+(`components.device_list`, started by the first page that asks).
 tests/test_tf_free_server.py holds it to that.
 """
+
+import importlib
+from collections.abc import Callable
 
 import lab_env  # noqa: F401  (Keras 2 before TensorFlow loads)
 import streamlit as st
 
+from components import links
+from views import HOME as HOME_PATH
+from views import PAGES as PAGE_TABLE
+
 st.set_page_config(page_title="Optimizer Lab", layout="wide")
 
-HOME = st.Page("views/home.py", title="Home", icon=":material/school:", default=True)
-TRAIN = st.Page("views/train.py", title="Train", icon=":material/model_training:")
-PAGES = [
-    HOME,
-    TRAIN,
-    # `*_page.py`: a page file named like a package (runs/, hypergrad/) would shadow it when
-    # the page runs with views/ first on sys.path (AppTest does that); the URL stays /hypergrad
-    st.Page("views/hypergrad_page.py", title="Hyper-gradients", icon=":material/functions:",
-            url_path="hypergrad"),
-    st.Page("views/inside_step.py", title="Inside one step", icon=":material/step_into:"),
-    st.Page("views/landscape.py", title="Landscape", icon=":material/landscape:"),
-    st.Page("views/plugins.py", title="Plugins", icon=":material/extension:"),
-    st.Page("views/runs_page.py", title="Runs", icon=":material/compare_arrows:",
-            url_path="runs"),
-    st.Page("views/keras3.py", title="Keras 3", icon=":material/upgrade:"),
-    st.Page("views/conventions.py", title="Conventions", icon=":material/compare:"),
-    st.Page("views/precision_distribution.py", title="Mixed precision & distribution",
-            icon=":material/memory:"),
-]
+
+def view(module: str) -> Callable[[], None]:
+    """`views.<module>.page`, imported when the page is first opened: a teaching page's imports
+    (TensorFlow, for some) load only for the reader who opens it, and Home paints without
+    importing the other pages."""
+
+    def page() -> None:
+        importlib.import_module(f"views.{module}").page()
+
+    page.__name__ = page.__qualname__ = module
+    return page
+
+
+ROUTES = {entry.path: st.Page(view(entry.path), title=entry.title, icon=entry.icon,
+                              url_path=entry.path, default=entry.path == HOME_PATH)
+          for entry in PAGE_TABLE}
+HOME, TRAIN = ROUTES[HOME_PATH], ROUTES["train"]
+PAGES = list(ROUTES.values())
+links.register(ROUTES)
+
 
 def check_plugins(page) -> None:
     """Plugins are contract-checked once per server in a child process (~5 s: it imports

@@ -1,4 +1,4 @@
-"""How long until the lab is usable: `import app`, `python -m optimizer_lab --help`, and the
+"""How long until the lab is usable: `import app`, `python -m lab_cli --help`, and the
 first useful paint of `streamlit run app.py` in headless Chromium.
 
     python bench/bench_first_paint.py [--repeats 3] [--no-browser] [--compare-root DIR]
@@ -9,7 +9,7 @@ Prints, per measurement, the median of `--repeats` fresh processes (and every sa
 * `import app`: wall seconds of a fresh `python -c "import app"` with Streamlit's bare mode
   (no server), its peak resident memory (MiB, `ru_maxrss` of the child) and whether TensorFlow
   ended up in `sys.modules`;
-* `--help`: wall seconds of `python -m optimizer_lab --help` and `... train --help`;
+* `--help`: wall seconds of `python -m lab_cli --help` and `... train --help`;
 * first paint: seconds from `Popen(streamlit run app.py)` until the Home page's heading
   "Optimizer Lab" is visible in Chromium, and then until the Train page's Start button is
   visible after navigating to /train (Chromium is started before the server, so its own start
@@ -77,9 +77,9 @@ def time_import_app(home: str, root: Path) -> dict:
 
 
 def time_cli(home: str, root: Path, args: list[str]) -> float:
-    """Wall seconds of one `python -m optimizer_lab ARGS` (exit status must be 0)."""
+    """Wall seconds of one `python -m lab_cli ARGS` (exit status must be 0)."""
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "optimizer_lab", *args], cwd=root,
+    subprocess.run([sys.executable, "-m", "lab_cli", *args], cwd=root,
                    env=_env(home, root), capture_output=True, timeout=300, check=True)
     return time.perf_counter() - start
 

@@ -364,34 +364,6 @@ _HYPER_TRACES: dict[tuple, dict] = {}
 _HYPER_TRACES_KEPT = 64
 
 
-def slot_stats_figure(
-    stats: pd.DataFrame, variable: str, uirevision: Hashable = "slots", height: int = 520
-) -> go.Figure:
-    """L2 norm, mean and std of every slot of `variable` over the steps (three rows).
-
-    Args:
-        stats: `step, variable, slot, norm, mean, std` rows (`slot="update"` is the effective
-            per-parameter step `var_before - var_after`).
-        variable: the model variable whose slots are drawn.
-    """
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
-                        subplot_titles=[label for _, label in SLOT_STAT_ROWS])
-    rows = stats[stats["variable"] == variable] if stats is not None and not stats.empty else None
-    if rows is not None and not rows.empty:
-        colors = qualitative.Plotly
-        for index, slot in enumerate(dict.fromkeys(rows["slot"])):
-            part = rows[rows["slot"] == slot].sort_values("step", kind="stable")
-            for row, (column, _) in enumerate(SLOT_STAT_ROWS, start=1):
-                fig.add_trace(go.Scatter(
-                    x=part["step"].to_numpy(), y=part[column].to_numpy(float), name=plain(slot),
-                    mode="lines",
-                    legendgroup=plain(slot), showlegend=row == 1,
-                    line={"color": colors[index % len(colors)]},
-                ), row=row, col=1)
-    fig.update_xaxes(title_text="step", row=3, col=1)
-    return _finish(fig, uirevision, f"Slots of {variable}", height)
-
-
 def default_log_slots(slots: Sequence[str]) -> list[str]:
     """The slots of `slots` drawn on a log axis unless the user says otherwise (`LOG_SLOTS`)."""
     return [slot for slot in slots if slot in LOG_SLOTS]

@@ -272,19 +272,3 @@ def response_slice_figure(rows: pd.DataFrame, uirevision: Hashable = "slice",
                       legend={"orientation": "v", "yanchor": "top", "y": -0.22,
                               "xanchor": "left", "x": 0.0})
     return fig
-
-
-def slice_slope_check(rows: pd.DataFrame) -> tuple[float, float] | None:
-    """(hyper-gradient at the centre, finite slope between the centre's two neighbours), or
-    None when the centre is at an end of the sweep or has no hyper-gradient."""
-    rows = rows.sort_values("value").reset_index(drop=True)
-    idx = rows.index[rows["center"] == 1]
-    if len(idx) == 0 or idx[0] == 0 or idx[0] == len(rows) - 1:
-        return None
-    i = idx[0]
-    g = rows.loc[i, "hypergradient"]
-    if g is None or not math.isfinite(float(g)):
-        return None
-    slope = (rows.loc[i + 1, "loss"] - rows.loc[i - 1, "loss"]) / (
-        rows.loc[i + 1, "value"] - rows.loc[i - 1, "value"])
-    return float(g), float(slope)

@@ -102,7 +102,7 @@ def show(page: str, apply_run_setup: Callable[[RunConfig], None] | None = None
     with st.expander(f"Lesson · {lesson.title}", expanded=True, icon=":material/school:"):
         st.caption(f"*{lesson.question}* · about {lesson.minutes} min")
         if lesson.page != page and not (lesson.run_setup and page == "train"):
-            links.page_link(f"views/{lessons.PAGE_FILES[lesson.page]}",
+            links.page_link(lessons.PAGE_URLS[lesson.page],
                             label="Go to the page of this lesson",
                             icon=":material/arrow_forward:")
         for number, step in enumerate(lesson.steps, 1):

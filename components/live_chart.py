@@ -3,7 +3,7 @@
 Why not `st.plotly_chart`: Streamlit 1.67 computes a plotly chart's element id from its figure
 spec even when it has a `key`, so every refresh with new data is a NEW element, which the
 browser unmounts and mounts again: blank frames while it redraws, and a tab watching a run grew
-0.75 -> 2.07 GiB in 10 minutes (issue 13). This element is a Streamlit components-v2 element
+0.75 -> 2.07 GiB in 10 minutes with plain charts. This element is a Streamlit components-v2 element
 whose identity is its key alone (`key_as_main_identity`): new data reaches the SAME element,
 whose script creates the plot `div` once and then calls `Plotly.react` on it, which patches the
 drawn SVG in place (and keeps the user's zoom through `uirevision`).

@@ -13,8 +13,8 @@ import pandas as pd
 import streamlit as st
 
 from components import figures
+from components.charts import chart
 from components import inspect_figures
-from components import live_chart
 from components import rule_view
 from optimizers import schedule_curves, schedule_specs
 from runs.store import RunStore
@@ -33,17 +33,6 @@ def slot_caption(optimizer: str, slots: list[str]) -> str:
     return (f"**update** is the effective per-parameter step {optimizer} actually applied, "
             f"`var_before - var_after`{rule}; {state}. Second moments and accumulators start "
             "on a log axis.")
-
-
-def chart(fig, key: str, live: bool = False) -> None:
-    """A full-width plotly chart without the plotly logo: patched in place while the run is
-    live (`components.live_chart`: the same element for every refresh, never blank), a plain
-    `st.plotly_chart` once it has ended."""
-    if live:
-        height = fig["layout"].get("height") if isinstance(fig, dict) else fig.layout.height
-        live_chart.live_chart(fig, key, height=int(height or 340))
-    else:
-        st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
 
 
 def changes_table(changes: pd.DataFrame) -> pd.DataFrame:

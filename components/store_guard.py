@@ -11,8 +11,6 @@ the rest of the page still renders:
     @guard_page                            # a whole page function (or a live fragment)
     def show() -> None: ...
 
-    runs = guarded(lambda: store().runs(), default=None)   # a value with a fallback
-
 Nothing is cached on failure, so the next rerun (or fragment tick) after the disk is writable
 again works without a restart. Other exceptions pass through unchanged.
 """
@@ -44,15 +42,6 @@ def store_guard() -> Iterator[None]:
         yield
     except StoreUnavailable as error:
         show_unavailable(error)
-
-
-def guarded(read: Callable[[], T], default: T | None = None) -> T | None:
-    """`read()`, or `default` (after one `st.error` line) when the store is unavailable."""
-    try:
-        return read()
-    except StoreUnavailable as error:
-        show_unavailable(error)
-        return default
 
 
 def guard_page(page: Callable[..., T]) -> Callable[..., T | None]:

@@ -6,7 +6,7 @@ slot; every `accumulation_steps`-th call applies SGD to the mean of the collecte
 and empties the slot. Copy the file next to it in the plugins folder, rename the class and
 `REGISTRY_NAME`, change `coefficients` and `update`, and restart the app: the Plugins page runs
 the contract check on it; when every item passes, it appears in every optimizer list (and in
-`python -m optimizer_lab train --optimizer <REGISTRY_NAME>`).
+`optimizer-lab train --optimizer <REGISTRY_NAME>`).
 
 The lab's optimizers are PURE RULES behind an adapter (`optimizers.base.RuleOptimizer`):
 you write the maths as two pure functions of tensors, and the adapter does the Keras 2

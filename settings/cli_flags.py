@@ -8,8 +8,8 @@ a list `--hypergradients NAME [NAME ...]`, a name -> value field other than hype
 options `--autotune NAME=X` (repeatable), a float `--decay X`, the schedule `--lr-schedule JSON`
 (Keras's serialized form, read with `json.loads` only; `constant` or `null` = none).
 `values_from_args` turns the parsed flags back into a
-`RunConfig`-shaped dict for `settings.decode.decode(values, COMMAND_LINE)`; `to_argv` writes a
-config as flags (the inverse). Pure argparse: no Streamlit, no TensorFlow of its own.
+`RunConfig`-shaped dict for `settings.decode.decode(values, COMMAND_LINE)`. Pure argparse: no
+Streamlit, no TensorFlow of its own.
 """
 
 from __future__ import annotations
@@ -161,34 +161,3 @@ def values_from_args(args: argparse.Namespace) -> dict[str, Any]:
     out["hyperparameters"] = {k: v for k, v in hypers.items() if v is not None}
     out["options"] = {k: v for k, v in options.items() if v is not None}
     return out
-
-
-def to_argv(config: RunConfig) -> list[str]:
-    """The flags that give `config` (every field; inverse of `values_from_args`)."""
-    argv: list[str] = []
-    for field in fields.names():
-        value = getattr(config, field)
-        kind = fields.kind(field)
-        if field == "hyperparameters":
-            for name, number in value.items():
-                argv += [flag(name), repr(float(number))]
-        elif field == "options":
-            for name, option in value.items():
-                if isinstance(option, bool):
-                    argv.append(flag(name) if option else "--no-" + flag(name)[2:])
-                else:
-                    argv += [flag(name), str(option)]
-        elif kind == "mapping":
-            for name, number in value.items():
-                argv += [flag(field), f"{name}={float(number)!r}"]
-        elif kind == "names":
-            if value:
-                argv += [flag(field), *value]
-        elif kind == "schedule":
-            if value:
-                argv += [flag(field), json.dumps(value, separators=(",", ":"))]
-        elif kind == "float":
-            argv += [flag(field), repr(float(value))]
-        else:
-            argv += [flag(field), str(value)]
-    return argv

@@ -239,13 +239,3 @@ def parse_config(data: bytes | str) -> RunConfig:
     return config_from_dict(parse_text(data))
 
 
-def load_config(path: str) -> RunConfig:
-    """Read and parse a config file (at most `MAX_BYTES` bytes are read).
-
-    Raises:
-        ConfigImportError: as `parse_config`; also when the file is larger than `MAX_BYTES`.
-        OSError: the file cannot be read.
-    """
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_BYTES + 1)
-    return parse_config(data)

@@ -15,12 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-# Pages a lesson can open: name -> page file under views/ (the URL path is the name).
-PAGE_FILES = {"train": "train.py", "hypergrad": "hypergrad_page.py",
-              "inside_step": "inside_step.py", "landscape": "landscape.py",
-              "plugins": "plugins.py", "runs": "runs_page.py", "keras3": "keras3.py",
-              "conventions": "conventions.py", "precision": "precision_distribution.py"}
-PAGES = tuple(PAGE_FILES)
+# Pages a lesson can open: name -> the page's URL path (`app.py` routes `/<path>`).
+PAGE_URLS = {"train": "train", "hypergrad": "hypergrad", "inside_step": "inside_step",
+             "landscape": "landscape", "plugins": "plugins", "runs": "runs",
+             "keras3": "keras3", "conventions": "conventions",
+             "precision": "precision_distribution"}
+PAGES = tuple(PAGE_URLS)
 
 
 @dataclass(frozen=True)
@@ -406,4 +406,4 @@ def get(key: str) -> Lesson:
     raise KeyError(f"lesson={key!r} is unknown; known: {', '.join(x.key for x in LESSONS)}")
 
 
-__all__ = ["LESSONS", "STAGES", "Claim", "Lesson", "PAGES", "PAGE_FILES", "get"]
+__all__ = ["LESSONS", "STAGES", "Claim", "Lesson", "PAGES", "PAGE_URLS", "get"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizer_lab import cli
+from lab_cli import cli
 from optimizers import plugins, registry
 from settings.run_config import RunConfig
 from runs.export import export_config
@@ -65,6 +65,6 @@ def _cli_error(argv: list[str], capsys) -> str:
     captured = capsys.readouterr()
     assert captured.out == ""
     err = captured.err
-    assert err.count("\n") == 1 and err.startswith("python -m optimizer_lab"), err
+    assert err.count("\n") == 1 and err.startswith("optimizer-lab"), err
     assert "Traceback" not in err and "usage:" not in err
     return err

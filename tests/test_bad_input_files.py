@@ -19,6 +19,7 @@ from runs.export import BUNDLE_MAX_BYTES, export_run, parse_import
 
 from bad_input_common import (  # noqa: F401  (fixtures used by name)
     LR_RANGE, ROOT, STEPS_RANGE, _export_document, _zip, no_run_started)
+from tests._pages import page_test
 
 
 # ----- 1. a run-config file ------------------------------------------------------------------
@@ -226,7 +227,7 @@ def test_a_bundle_with_a_bad_config_names_the_config_field():
 # ----- 3. the Runs page upload ----------------------------------------------------------------
 @pytest.fixture
 def runs_page(tmp_path) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "runs_page.py"), default_timeout=60)
+    at = page_test("runs", default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     return at

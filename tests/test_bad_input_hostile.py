@@ -102,7 +102,7 @@ def test_hostile_names_on_the_command_line(name, tmp_path, capsys, watched):
 
 
 INPUT_MODULES = ["settings/config_file.py", "settings/run_config.py", "runs/export.py",
-                 "settings/share_link.py", "optimizer_lab/cli.py", "views/runs_page.py",
+                 "settings/share_link.py", "lab_cli/cli.py", "views/runs.py",
                  "settings/decode.py", "settings/fields.py", "settings/cli_flags.py"]
 # (getattr is not listed: every use in these modules takes its name from our own field tuples
 # or the registry, e.g. `getattr(args, f"hp_{name}")` for `name` in `cli.hyper_specs()`.)

@@ -1,5 +1,5 @@
 """Bad input in URL query parameters (`settings.share_link`) and on the command line
-(`optimizer_lab.cli`): one message naming the parameter and its range, exit 2 and no
+(`lab_cli.cli`): one message naming the parameter and its range, exit 2 and no
 traceback for the CLI; no run process is started (`no_run_started`).
 """
 
@@ -123,7 +123,7 @@ def test_cli_missing_and_bad_files(tmp_path, capsys):
     assert "not in the store" in _cli_error(["export", "99", "--out", str(tmp_path)], capsys)
 
 
-@pytest.mark.slow  # a real `python -m optimizer_lab` process (it imports TensorFlow)
+@pytest.mark.slow  # a real `python -m lab_cli` process (it imports TensorFlow)
 @pytest.mark.parametrize("argv, fragment", [
     (["train", "--beta-1", "1.5"], "[0, 1)"),
     (["import", "/nonexistent/config.json"], "No such file or directory"),
@@ -131,7 +131,7 @@ def test_cli_missing_and_bad_files(tmp_path, capsys):
 def test_cli_process_exits_2_with_one_line_and_no_traceback(argv, fragment, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3",
                OPTIMIZER_LAB_HOME=str(tmp_path))
-    done = subprocess.run([sys.executable, "-m", "optimizer_lab", *argv], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "lab_cli", *argv], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     lines = [line for line in done.stderr.splitlines()  # TensorFlow's own start-up notices

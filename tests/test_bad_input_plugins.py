@@ -16,6 +16,7 @@ from settings.config_file import parse_config
 
 from bad_input_common import (  # noqa: F401  (fixtures used by name)
     ROOT, clean_registry, no_run_started)
+from tests._pages import page_test
 
 
 # ----- 6. plugins ------------------------------------------------------------------------------
@@ -95,7 +96,7 @@ def test_missing_plugins_folder(tmp_path):
 
 
 def _plugins_page() -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / "plugins.py"), default_timeout=60)
+    at = page_test("plugins", default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     return at

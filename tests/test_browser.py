@@ -1,8 +1,8 @@
 """The real thing: headless Debian Chromium (Playwright) against `streamlit run app.py`.
 
 Starts a run on the Train page, sees the loss chart fill, changes the learning rate mid-run and
-sees the new value in the hyperparameter changes table; visits every page; fails on any
-Streamlit exception box. Screenshots go to tests/artifacts/ (kept by CI as artefacts).
+sees the new value in the hyperparameter changes table; opens every page at its URL and waits
+until it has drawn its last section; fails on any Streamlit exception box. Screenshots go to tests/artifacts/ (kept by CI as artefacts).
 """
 
 from __future__ import annotations
@@ -11,12 +11,21 @@ import re
 
 import pytest
 
-from _browser import (ARGS, CHROMIUM, no_exception, playwright_api, set_number,
+from _browser import (ARGS, CHROMIUM, idle, no_exception, playwright_api, set_number,
                       start_button_enabled)
 from _streamlit_server import streamlit_server
 
 pytestmark = pytest.mark.browser
-PAGES = ["hypergrad", "inside_step", "landscape", "plugins", "runs"]
+# URL path -> (the page's title, a text it shows only once it has drawn to its end, how many
+# plotly charts it draws at least)
+PAGES = {
+    "hypergrad": ("Optimizer Lab · Hyper-gradients",
+                  "Correctness: forward = reverse = finite differences", 0),
+    "inside_step": ("Inside one step", "Classic questions, with live demonstrations", 0),
+    "landscape": ("The 2-D landscape", "Tune learning rates", 2),
+    "plugins": ("Bring your own optimizer", "good_optimizer.py", 0),
+    "runs": ("Optimizer Lab · Runs", "Import a config or an exported run", 0),
+}
 
 
 @pytest.fixture(scope="module")
@@ -91,9 +100,18 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
 
 
 @pytest.mark.parametrize("name", PAGES)
-def test_every_page_renders_without_exception(browser_page, name):
+def test_every_page_draws_to_its_end_at_its_url(browser_page, name):
     url, page = browser_page
+    title, last, charts = PAGES[name]
     page.goto(f"{url}/{name}")
-    page.locator('[data-testid="stMain"]').wait_for()
-    page.wait_for_timeout(6000)
+    main = page.locator('[data-testid="stMain"]')
+    main.get_by_role("heading", name=title, exact=True).wait_for()
+    main.get_by_text(last).first.wait_for()  # the page ran to its last section
+    idle(page)
+    assert page.url.split("?")[0].rstrip("/") == f"{url}/{name}"  # routed at the same URL
+    # the navigation marks this page as the open one
+    current = page.locator('[data-testid="stSidebarNav"] a[aria-current="page"]')
+    assert current.count() == 1 and current.first.get_attribute("href").endswith(f"/{name}")
+    if charts:  # drawn by plotly.js, not only sent
+        main.locator(".js-plotly-plot").nth(charts - 1).wait_for()
     no_exception(page, f"page-{name}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -213,15 +212,14 @@ def test_a_failing_insert_rolls_the_whole_import_back(exported, monkeypatch):
 
 
 def test_the_train_page_draws_an_imported_run_like_the_original(exported):
-    from streamlit.testing.v1 import AppTest
+    from tests._pages import app_test, open_page
 
     store, run_id, data = exported
     bundle = read_run_bundle(data)
     new = store.import_run(bundle.config.to_json_dict(), bundle.tables)
-    app = str(Path(__file__).resolve().parents[1] / "app.py")
     specs = {}
     for rid in (run_id, new):
-        at = AppTest.from_file(app, default_timeout=60).switch_page("views/train.py")
+        at = open_page(app_test(default_timeout=60), "train")
         at.session_state["run_select"] = rid
         at.run()
         assert not at.exception, at.exception

@@ -1,8 +1,9 @@
-"""`python -m optimizer_lab`: a short real run into a store, list, export, import-and-rerun,
-and argparse-style refusals naming the flag and its range."""
+"""`python -m lab_cli` (the `optimizer-lab` command): a short real run into a store, list,
+export, import-and-rerun, and argparse-style refusals naming the flag and its range."""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from optimizer_lab.cli import build_parser, config_from_args, main
+from lab_cli.cli import build_parser, config_from_args, main
 from runs.store import RunStore
+from settings.run_config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["train", "--optimizer", "sgd", "--learning-rate", "0.05", "--momentum", "0.9",
@@ -21,7 +23,7 @@ TRAIN = ["train", "--optimizer", "sgd", "--learning-rate", "0.05", "--momentum",
 
 def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "optimizer_lab", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "lab_cli", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -32,6 +34,12 @@ def test_train_list_export_import_rerun(tmp_path, capsys):
     run_id = int(done.stdout.split()[-1])
     assert "40/40" in done.stderr and "finished" in done.stderr  # the progress bar's last state
     store = RunStore(store_path)
+    final = next(line for line in done.stderr.splitlines()
+                 if line.startswith(f"run {run_id} final: "))
+    last = store.scalars(run_id, ["train_loss", "val_loss", "val_accuracy"]).groupby("name").last()
+    assert sorted(last.index) == ["train_loss", "val_accuracy", "val_loss"]
+    for name, row in last.iterrows():  # the validation numbers, not only the train loss
+        assert f"{name} {row['value']:.4g} (step {int(row['step'])})" in final, final
     run = store.run(run_id)
     assert (run["status"], run["step"], run["name"]) == ("finished", 40, "from the cli")
     assert run["config"]["hyperparameters"] == {"learning_rate": 0.05, "momentum": 0.9}
@@ -54,6 +62,20 @@ def test_train_list_export_import_rerun(tmp_path, capsys):
     assert len(losses[0]) == 40 and losses[0] == losses[1]  # same config and seed: same curve
 
 
+def test_final_line_names_train_and_validation_numbers(tmp_path):
+    from lab_cli.cli import final_scalars
+    from tests.fake_runs import add_fake_run
+
+    store = RunStore(tmp_path / "runs.sqlite")
+    run_id = add_fake_run(store, steps=30)
+    text = final_scalars(store, run_id)
+    assert text == (f"train_loss {2.3 * math.exp(-30 / 11):.4g} (step 30) · "
+                    f"val_loss {2.3 * math.exp(-30 / 13.2):.4g} (step 30) · "
+                    "val_accuracy 0.9 (step 30)")
+    empty = store.create_run(RunConfig(steps=5).to_json_dict())
+    assert final_scalars(store, empty) == ""  # nothing recorded yet
+
+
 def _error(argv: list[str], capsys) -> str:
     with pytest.raises(SystemExit) as exit_:
         config_from_args(build_parser().parse_args(argv), build_parser())
@@ -74,7 +96,7 @@ def _error(argv: list[str], capsys) -> str:
 ])
 def test_bad_flag_values_are_argparse_errors(argv, fragments, capsys):
     err = _error(["train", *argv], capsys)
-    assert err.startswith("python -m optimizer_lab: error: ") and err.count("\n") == 1, err
+    assert err.startswith("optimizer-lab: error: ") and err.count("\n") == 1, err
     for fragment in fragments:
         assert fragment in err, err
 
@@ -137,7 +159,8 @@ def test_autotune_flag_syntax_is_checked_by_argparse(capsys):
 
 @pytest.mark.parametrize("value", ["abc", "0", "65", "1.5"])
 def test_bad_pool_size_is_one_line_naming_the_variable(value, tmp_path, monkeypatch, capsys):
-    """Issue 16: `OPTIMIZER_LAB_POOL_SIZE=abc python -m optimizer_lab train` printed a traceback."""
+    """`OPTIMIZER_LAB_POOL_SIZE=abc optimizer-lab train`: one line naming the variable, no
+    traceback."""
     monkeypatch.setenv("OPTIMIZER_LAB_POOL_SIZE", value)
     store = tmp_path / "runs.sqlite"
     with pytest.raises(SystemExit) as exit_:
@@ -164,7 +187,7 @@ def test_bad_worker_nice_is_one_line_naming_the_variable(tmp_path, monkeypatch, 
 def test_bad_pool_size_process_exits_2_without_traceback(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3",
                OPTIMIZER_LAB_HOME=str(tmp_path), OPTIMIZER_LAB_POOL_SIZE="abc")
-    done = subprocess.run([sys.executable, "-m", "optimizer_lab", "train", "--steps", "1"],
+    done = subprocess.run([sys.executable, "-m", "lab_cli", "train", "--steps", "1"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-2000:]
     lines = [line for line in done.stderr.splitlines()  # TensorFlow's own start-up notices
@@ -176,7 +199,7 @@ def test_bad_pool_size_process_exits_2_without_traceback(tmp_path):
 @pytest.mark.slow  # the plugin check runs in a child process that imports TensorFlow
 def test_the_command_line_loads_plugins_for_a_plugin_optimizer(tmp_path, monkeypatch, capsys,
                                                               request):
-    from optimizer_lab import cli
+    from lab_cli import cli
     from optimizers import plugins, registry
 
     state = registry.snapshot()  # the plugins registered here are dropped afterwards

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from settings.run_config import RunConfig
-from settings.config_file import MAX_BYTES, ConfigImportError, load_config, parse_config
+from runs.export import load_import
+from settings.config_file import MAX_BYTES, ConfigImportError, parse_config
 from runs.export import export_config
 
 CONFIG = RunConfig(optimizer="sgd", hyperparameters={"learning_rate": 0.05, "momentum": 0.9},
@@ -47,10 +48,10 @@ def test_int_accepted_for_a_float_and_defaults_filled():
                                       "epsilon": 1e-7}
 
 
-def test_load_config_reads_a_file(tmp_path):
+def test_load_import_reads_a_config_file(tmp_path):
     path = tmp_path / "c.json"
     path.write_text(json.dumps(_exported()))
-    assert load_config(str(path)) == CONFIG
+    assert load_import(str(path)) == CONFIG
 
 
 BAD = [
@@ -117,8 +118,8 @@ def test_oversized_file_refused_before_parsing(tmp_path):
         parse_config(json.dumps(padding))
     path = tmp_path / "big.json"
     path.write_text(json.dumps(padding))
-    with pytest.raises(ConfigImportError, match=r"65,537 bytes"):  # only MAX_BYTES + 1 read
-        load_config(str(path))
+    with pytest.raises(ConfigImportError, match=r"a config file may hold at most 65,536 bytes"):
+        load_import(str(path))
 
 
 def test_no_code_runs_for_a_hostile_name(monkeypatch):

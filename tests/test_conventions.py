@@ -80,18 +80,14 @@ def test_adamw_decay_conventions():
 
 
 def test_conventions_page_and_figure(tmp_path, monkeypatch):
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
-
     from components.convention_figures import conventions_figure
+    from tests._pages import page_test
 
     fig = conventions_figure(cv.compare("Adam epsilon", steps=50), "Adam epsilon")
     assert len(fig.data) == 2 + 3  # 2 distance curves (the first form is the reference), 3 losses
     assert fig.layout.yaxis.type == "log"
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    page = Path(__file__).resolve().parents[1] / "views" / "conventions.py"
-    at = AppTest.from_file(str(page), default_timeout=60).run()
+    at = page_test("conventions", default_timeout=60).run()
     assert not at.exception, at.exception
     at.selectbox(key="cv_family").select("SGD momentum (lr halved at the middle step)").run()
     assert not at.exception, at.exception

@@ -19,7 +19,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from settings.run_config import RunConfig  # noqa: E402
-from settings.config_file import load_config  # noqa: E402
+from runs.export import load_import  # noqa: E402
 from runs.export import (  # noqa: E402
     export_run, histogram_buckets, hyper_values_at, wide_metrics)
 from runs.store import RunStore  # noqa: E402
@@ -39,7 +39,7 @@ def exported(tmp_path_factory):
     first = store.create_run(CONFIG.to_json_dict(), name="original")
     assert worker.train(first, store) == "finished"
     paths = export_run(store, first, home / "exports")
-    imported = load_config(str(paths.config))
+    imported = load_import(str(paths.config))
     second = store.create_run(imported.to_json_dict(), name="reimported")
     assert worker.train(second, store) == "finished"
     return store, (first, second), paths, imported

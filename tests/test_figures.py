@@ -98,7 +98,7 @@ def test_hyper_trace_empty():
     assert len(fig.data) == 0 and fig.layout.uirevision == 2
 
 
-def test_slot_stats_figure_three_rows_one_line_per_slot():
+def test_slot_rows_figure_one_row_per_slot_three_statistics():
     stats = pd.DataFrame({
         "step": [1, 1, 1, 2, 2, 2, 1],
         "variable": ["dense/kernel"] * 6 + ["dense/bias"],
@@ -107,15 +107,15 @@ def test_slot_stats_figure_three_rows_one_line_per_slot():
         "mean": [0.1, 0.2, 0.3, 0.15, 0.25, 0.35, 9.0],
         "std": [0.01, 0.02, 0.03, 0.015, 0.025, 0.035, 9.0],
     })
-    fig = figures.slot_stats_figure(stats, "dense/kernel", uirevision=5)
+    fig = figures.slot_rows_figure(stats, "dense/kernel", uirevision=5)
     assert fig.layout.uirevision == 5
     assert len(fig.data) == 9  # 3 slots x 3 statistics
     by_axis = {}
     for trace in fig.data:
         by_axis.setdefault(trace.yaxis, []).append(trace)
-    assert sorted(by_axis) == ["y", "y2", "y3"]
-    norm_m = next(t for t in by_axis["y"] if t.name == "m")
-    std_update = next(t for t in by_axis["y3"] if t.name == "update")
+    assert sorted(by_axis) == ["y", "y2", "y3"]  # one row per slot: m, v, update
+    norm_m = next(t for t in by_axis["y"] if t.name == "L2 norm")
+    std_update = next(t for t in by_axis["y3"] if t.name == "std")
     assert list(norm_m.x) == [1, 2] and list(norm_m.y) == [1.0, 1.5]
     assert list(std_update.y) == [0.03, 0.035]
     assert sum(bool(t.showlegend) for t in fig.data) == 3

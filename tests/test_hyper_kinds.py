@@ -243,12 +243,9 @@ def test_config_tab_section_shows_the_table_or_says_why_not():
 
 
 def test_inside_step_page_builds_the_chosen_kinds_live():
-    from pathlib import Path
+    from tests._pages import page_test
 
-    from streamlit.testing.v1 import AppTest
-
-    path = Path(__file__).resolve().parents[1] / "views" / "inside_step.py"
-    at = AppTest.from_file(str(path), default_timeout=240)
+    at = page_test("inside_step", default_timeout=240)
     at.run()
     assert not at.exception, at.exception
     # adam: a schedule is offered for learning_rate only

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -16,8 +15,8 @@ from runs import control
 from runs.ownership import Caller
 from runs.store import RunStore
 from settings.run_config import RunConfig
+from tests._pages import page_test
 
-PAGE = str(Path(__file__).resolve().parents[1] / "views" / "hypergrad_page.py")
 OWNER, STRANGER = "o" * 43, "s" * 43
 
 
@@ -35,16 +34,30 @@ def live_run(store: RunStore) -> int:
 
 
 def page(token: str) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("hypergrad", default_timeout=60)
     at.session_state[session_runs._TOKEN] = token
     at.run()
     assert not at.exception, at.exception
     return at
 
 
+def test_the_page_opens_on_none_without_a_run_of_this_session(store):
+    run_id = live_run(store)
+    at = page(STRANGER)
+    assert at.selectbox(key="hg_run").value is None
+    assert at.selectbox(key="hg_run").options[0].startswith(f"#{run_id} ")  # offered, not opened
+    assert not at.toggle and not at.get("bidi_component") and not at.get("plotly_chart")
+    assert any("No run in this session yet" in i.value for i in at.info)
+    assert any("(train?lesson=hypergradients)" in m.value for m in at.markdown)
+    assert at.button(key="hg_check_button")  # the correctness check needs no run
+    assert page(OWNER).selectbox(key="hg_run").value == run_id  # its owner's opens on it
+
+
 def test_another_sessions_run_is_view_only(store):
     run_id = live_run(store)
     at = page(STRANGER)
+    at.selectbox(key="hg_run").set_value(run_id).run()
+    assert not at.exception, at.exception
     assert at.selectbox(key="hg_run").value == run_id  # everyone may see it
     assert at.toggle(key=f"hg_auto_{run_id}_learning_rate").disabled
     assert at.button(key=f"hg_slice_button_{run_id}").disabled

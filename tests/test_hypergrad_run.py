@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,22 @@ from settings.run_config import RunConfig
 from runs.store import COMMAND_KINDS, RunStore
 
 STEPS = 60
-PAGE = str(Path(__file__).resolve().parents[1] / "views" / "hypergrad_page.py")
+
+
+def slice_slope_check(rows: pd.DataFrame) -> tuple[float, float] | None:
+    """The check a response slice passes: (hyper-gradient at the centre, finite slope between the centre's two neighbours), or
+    None when the centre is at an end of the sweep or has no hyper-gradient."""
+    rows = rows.sort_values("value").reset_index(drop=True)
+    idx = rows.index[rows["center"] == 1]
+    if len(idx) == 0 or idx[0] == 0 or idx[0] == len(rows) - 1:
+        return None
+    i = idx[0]
+    g = rows.loc[i, "hypergradient"]
+    if g is None or not math.isfinite(float(g)):
+        return None
+    slope = (rows.loc[i + 1, "loss"] - rows.loc[i - 1, "loss"]) / (
+        rows.loc[i + 1, "value"] - rows.loc[i - 1, "value"])
+    return float(g), float(slope)
 
 
 # ----- an in-process run following learning_rate and beta_1 ------------------------------------
@@ -128,7 +142,7 @@ def test_response_slice_command(hyper_run):
     center = rows.loc[rows["center"] == 1, "value"].iloc[0]
     assert values.min() == pytest.approx(center / 2, rel=1e-6)
     assert values.max() == pytest.approx(center * 2, rel=1e-6)
-    g, slope = hf.slice_slope_check(rows)
+    g, slope = slice_slope_check(rows)
     assert math.isfinite(g) and np.sign(g) == np.sign(slope)
     assert g == pytest.approx(slope, rel=0.5)  # the secant over x/÷ 2^(1/4) is near the tangent
 
@@ -235,7 +249,7 @@ def test_response_slice_figure_has_the_tangent_at_the_centre():
     assert np.allclose(ys, 1.0 - 100.0 * (xs - 1e-3))
     assert list(centre.x) == [pytest.approx(1e-3)] and fig.layout.xaxis.type == "log"
     assert "after 20 more steps" in fig.layout.title.text
-    g, slope = hf.slice_slope_check(rows)
+    g, slope = slice_slope_check(rows)
     assert g == -100.0 and np.sign(slope) == -1
     newer = pd.concat([rows, rows.assign(request_id=8, name="beta_1")])
     assert set(hf.latest_slice(newer)["name"]) == {"beta_1"}
@@ -262,7 +276,7 @@ def test_cost_metrics_and_slice_values():
 
 # ----- the page -------------------------------------------------------------------------------
 def test_page_shows_a_fake_run(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
+    from tests._pages import page_test
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     store = RunStore(tmp_path / "runs.sqlite")
@@ -280,9 +294,9 @@ def test_page_shows_a_fake_run(tmp_path, monkeypatch):
         "plain_step_ms": 1.5, "hyper_step_ms": 3.0, "ratio": 2.0, "tangent_bytes": 2_500_000,
         "window_bytes": 5_000_000, "reverse_horizon": 5})
     store.set_status(run_id, "finished", "finished 20 steps")
-    at = AppTest.from_file(PAGE, default_timeout=60)
-    at.session_state["run_id"] = run_id
-    at.run()
+    at = page_test("hypergrad", default_timeout=60).run()
+    assert at.selectbox(key="hg_run").value is None  # not this session's run: opened by hand
+    at.selectbox(key="hg_run").set_value(run_id).run()
     assert not at.exception, at.exception
     assert at.selectbox(key="hg_run").value == run_id
     specs = [json.loads(c.proto.spec) for c in at.get("plotly_chart")]

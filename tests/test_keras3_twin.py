@@ -124,13 +124,10 @@ def test_keras3_hyperparameters_are_plain_attributes_and_config_names_the_rule()
 
 
 def test_keras3_page_shows_parity_and_both_call_orders(tmp_path, monkeypatch):
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
+    from tests._pages import page_test
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    page = Path(__file__).resolve().parents[1] / "views" / "keras3.py"
-    at = AppTest.from_file(str(page), default_timeout=180).run()
+    at = page_test("keras3", default_timeout=180).run()
     assert not at.exception, at.exception
     assert "largest difference over the weights and every slot: 0" in at.success[0].value
     at.selectbox(key="k3_optimizer").select("rmsprop").run()

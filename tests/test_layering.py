@@ -17,12 +17,12 @@ BELOW = {  # package -> the lab packages it may import (besides itself and lab_e
     "hypergrad": {"engine", "settings", "optimizers"},
     "teaching": {"optimizers"},
     "runs": {"hypergrad", "engine", "settings", "optimizers"},
-    "optimizer_lab": {"runs", "settings", "optimizers"},
+    "lab_cli": {"runs", "settings", "optimizers"},
     "components": {"runs", "hypergrad", "teaching", "engine", "settings", "optimizers"},
     "views": {"components", "runs", "hypergrad", "teaching", "engine", "settings", "optimizers"},
 }
 NO_STREAMLIT = ("optimizers", "settings", "engine", "hypergrad", "teaching", "runs",
-                "optimizer_lab")
+                "lab_cli")
 
 
 def imported_packages(path: Path) -> set[str]:

@@ -19,6 +19,8 @@ from optimizers import registry
 from settings.run_config import RunConfig
 from teaching import demos, lessons
 from teaching.inspect_step import EMBEDDING_IDS, StepInspector
+import views
+from tests._pages import page_test
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,7 +36,8 @@ def test_table_is_well_formed():
     for lesson in lessons.LESSONS:
         assert re.fullmatch(r"[a-z0-9_]+", lesson.key)
         assert lesson.page in lessons.PAGES
-        assert (ROOT / "views" / lessons.PAGE_FILES[lesson.page]).is_file()
+        path = lessons.PAGE_URLS[lesson.page]
+        assert path in views.TITLES and (ROOT / "views" / f"{path}.py").is_file()
         assert lesson.steps and lesson.check.endswith("?") and lesson.answer
         if lesson.run_setup:
             RunConfig(**lesson.run_setup)  # raises when the table holds an invalid run
@@ -142,7 +145,7 @@ def test_the_app_opens_on_home_with_every_lesson(tmp_path, monkeypatch):
 @pytest.mark.parametrize("key", ["set_hyper", "dense_sparse"])
 def test_a_lesson_link_sets_up_the_inside_step_page(key, tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    at = AppTest.from_file(str(ROOT / "views" / "inside_step.py"), default_timeout=120)
+    at = page_test("inside_step", default_timeout=120)
     at.query_params["lesson"] = key
     at.run()
     assert not at.exception, at.exception
@@ -207,7 +210,7 @@ def test_a_page_without_its_run_offers_the_setup_that_starts_one(tmp_path, monke
     """The Hyper-gradients page with no run links to the Train page set up by the lesson (as
     Markdown when the page runs alone, without the app's navigation)."""
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    at = AppTest.from_file(str(ROOT / "views" / "hypergrad_page.py"), default_timeout=120).run()
+    at = page_test("hypergrad", default_timeout=120).run()
     assert not at.exception, at.exception
     assert any("(train?lesson=hypergradients)" in m.value for m in at.markdown)
 

@@ -22,6 +22,7 @@ from components.live_chart import (BUNDLE_ROUTE, MAX_HEIGHT, MIN_HEIGHT, PACK_FR
                                    figure_payload)
 from runs.store import RunStore
 from tests.fake_runs import add_fake_run
+from tests._pages import app_test, open_page
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
@@ -116,7 +117,7 @@ def live_run(tmp_path, monkeypatch):
 
 def test_the_train_page_patches_its_charts_while_a_run_is_live(live_run):
     store, run_id = live_run
-    at = AppTest.from_file(APP, default_timeout=60).switch_page("views/train.py")
+    at = open_page(app_test(default_timeout=60), "train")
     at.session_state["run_select"] = run_id
     at.run()
     assert not at.exception, at.exception
@@ -141,7 +142,7 @@ def test_the_train_page_patches_its_charts_while_a_run_is_live(live_run):
 def test_a_finished_run_is_drawn_with_plotly_chart(tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     run_id = add_fake_run(RunStore(), status="finished", steps=30)
-    at = AppTest.from_file(APP, default_timeout=60).switch_page("views/train.py")
+    at = open_page(app_test(default_timeout=60), "train")
     at.session_state["run_select"] = run_id
     at.run()
     assert not at.exception, at.exception

@@ -14,9 +14,10 @@ from runs import commands, control
 from runs.ownership import Caller
 from runs.store import FINAL_STATUSES, RunStore
 from settings.run_config import RunConfig
+from tests._pages import app_test, open_page
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TRAIN = "views/train.py"
+TRAIN = "train"  # the app opens on Home; these tests drive the Train page
 TIMEOUT_S = 120
 
 
@@ -28,7 +29,7 @@ def home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def app(home) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).switch_page(TRAIN)
+    at = open_page(app_test(default_timeout=TIMEOUT_S), TRAIN)
     at.run()
     assert not at.exception, at.exception
     return at
@@ -128,9 +129,9 @@ def test_setup_survives_a_page_switch(app):
     assert app.slider(key="hp_sgd_momentum").value == pytest.approx(0.9)  # typed -> slider
     link = app.query_params.to_dict() if hasattr(app.query_params, "to_dict") else dict(
         app.query_params)
-    app.switch_page("views/runs_page.py").run()
+    open_page(app, "runs").run()
     assert not app.exception, app.exception
-    app.switch_page(TRAIN).run()
+    open_page(app, TRAIN).run()
     assert not app.exception, app.exception
     assert app.selectbox(key="optimizer").value == "sgd"
     assert app.number_input(key="hp_sgd_learning_rate").value == pytest.approx(0.05)

@@ -153,10 +153,10 @@ def test_choices_list_bundled_files_and_registered_plugins():
 
 
 def test_keras3_page_shows_the_plugin_report_and_parity(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
+    from tests._pages import page_test
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    at = AppTest.from_file(str(ROOT / "views" / "keras3.py"), default_timeout=240).run()
+    at = page_test("keras3", default_timeout=240).run()
     assert not at.exception, at.exception
     at.selectbox(key="k3_plugin").select("good_optimizer.py: Lion").run()
     assert not at.exception, at.exception

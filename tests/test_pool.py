@@ -9,14 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
 from runs import control, worker_table
 from settings.run_config import RunConfig
 from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, RunStore, pid_alive
+from tests._pages import app_test, open_page
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TRAIN = "views/train.py"  # the app opens on Home; these tests drive the Train page
+TRAIN = "train"  # the app opens on Home; these tests drive the Train page
 TINY = dict(dataset="moons", model="logistic", eval_every=50)
 
 
@@ -170,7 +170,7 @@ def test_fifty_start_stop_cycles_from_the_train_page(store):
 
 
 def _fifty_cycles(store: RunStore) -> None:
-    at = AppTest.from_file(APP, default_timeout=120).switch_page(TRAIN)
+    at = open_page(app_test(default_timeout=120), TRAIN)
     at.run()
     at.selectbox(key="dataset").set_value("moons").run()
     at.number_input(key="steps").set_value(100_000).run()

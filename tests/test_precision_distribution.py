@@ -286,10 +286,9 @@ def test_hyperparameter_without_aggregation(distributed):
 
 # ----- the page ---------------------------------------------------------------------------
 def _page():
-    from streamlit.testing.v1 import AppTest
+    from tests._pages import page_test
 
-    at = AppTest.from_file(str(ROOT / "views" / "precision_distribution.py"),
-                           default_timeout=600)
+    at = page_test("precision_distribution", default_timeout=600)
     at.run()
     assert not at.exception, at.exception
     return at

@@ -176,7 +176,7 @@ def test_user_names_are_escaped_in_every_figure():
     stats = pd.DataFrame({"step": [1], "variable": [HOSTILE], "slot": [HOSTILE], "norm": [1.0],
                           "mean": [0.0], "std": [1.0]})
     _assert_escaped(rf.overlay_slot_figure({1: stats}, HOSTILE, HOSTILE, labels, "norm"))
-    _assert_escaped(fg.slot_stats_figure(stats, HOSTILE), expected=2)
+    _assert_escaped(fg.slot_rows_figure(stats, HOSTILE), expected=2)
     histograms = pd.DataFrame({"step": [1], "lo": [0.0], "hi": [1.0], "counts": [[1, 2]]})
     _assert_escaped(fg.distribution_heatmap(histograms, title=f"m of {HOSTILE}"))
     grads = pd.DataFrame({"step": [1, 2], "name": [HOSTILE] * 2, "exact": [1.0, 2.0],

@@ -5,7 +5,6 @@ recorded."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -16,10 +15,10 @@ from runs.ownership import Caller
 from settings.run_config import RunConfig
 from tests.fake_runs import add_fake_run
 from runs.store import RunStore
+from tests._pages import page_test
 
 TOKEN = "t" * 43
 
-PAGE = str(Path(__file__).resolve().parents[1] / "views" / "runs_page.py")
 
 
 @pytest.fixture
@@ -37,7 +36,7 @@ def store(tmp_path, monkeypatch):
 
 @pytest.fixture
 def page(store) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("runs", default_timeout=60)
     at.session_state[session_runs._TOKEN] = TOKEN
     at.run()
     assert not at.exception, at.exception
@@ -45,7 +44,7 @@ def page(store) -> AppTest:
 
 
 def other_session(token: str = "o" * 43) -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("runs", default_timeout=60)
     at.session_state[session_runs._TOKEN] = token
     at.run()
     assert not at.exception, at.exception
@@ -131,7 +130,7 @@ def test_rename_delete_and_export(store, page, tmp_path):
 
 def test_empty_store_shows_how_to_start(tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path / "empty"))
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("runs", default_timeout=60)
     at.run()
     assert not at.exception
     assert "No run in the store yet" in at.info[0].value
@@ -184,8 +183,11 @@ def _import_start_script():
     file upload; the validated config is put where the upload puts it)."""
     import streamlit as st
 
-    import views.runs_page as runs_view  # renders the page (module `main()`) on the first run
+    import views.runs as runs_view
 
+    if not st.session_state.get("test_page_drawn"):  # the page once, as its reader opened it
+        st.session_state["test_page_drawn"] = True
+        runs_view.page()
     runs_view.init_state()
     st.session_state["import_config"] = st.session_state["test_import_config"]  # the upload's
     if st.button("start the import", key="test_import_start"):

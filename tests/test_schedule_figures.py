@@ -4,7 +4,6 @@ them, and the Train page's schedule picker (AppTest)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -119,14 +118,12 @@ def test_learning_rate_figure_planned_and_recorded():
 
 
 def test_train_page_cosine_decay_start_carries_the_schedule(tmp_path, monkeypatch):
-    from streamlit.testing.v1 import AppTest
-
     from runs import control
     from runs.store import FINAL_STATUSES, RunStore
+    from tests._pages import app_test, open_page
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    app = str(Path(__file__).resolve().parents[1] / "app.py")
-    at = AppTest.from_file(app, default_timeout=120).switch_page("views/train.py")
+    at = open_page(app_test(default_timeout=120), "train")
     at.run()
     assert not at.exception, at.exception
     at.selectbox(key="lrs_class").set_value("CosineDecay").run()
@@ -155,9 +152,8 @@ def test_train_page_cosine_decay_start_carries_the_schedule(tmp_path, monkeypatc
             "warmup_target": 0.05, "warmup_steps": 10}}
         assert config["decay"] == 0.001
         # a page switch and back keeps the choice (non-widget Setup keys)
-        at.switch_page("views/home.py").run() if Path(app).with_name("views").joinpath(
-            "home.py").exists() else None
-        at.switch_page("views/train.py").run()
+        open_page(at, "home").run()
+        open_page(at, "train").run()
         assert at.selectbox(key="lrs_class").value == "CosineDecay"
         assert at.number_input(key="lrs_CosineDecay_decay_steps").value == 40
     finally:

@@ -269,13 +269,11 @@ def test_figure_titles_and_hover_say_which_schedule():
 
 def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
     import json
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
 
     from components import correctness_runner
     from runs.store import RunStore
     from settings.run_config import RunConfig
+    from tests._pages import page_test
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     store = RunStore(tmp_path / "runs.sqlite")
@@ -288,14 +286,14 @@ def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
     store.set_status(run_id, "finished", "finished 20 steps")
     stored = store.run(run_id)["config"]
     key = f"hg_check_{correctness_runner.cache_key(stored)}"
-    page = str(Path(__file__).resolve().parents[1] / "views" / "hypergrad_page.py")
-    at = AppTest.from_file(page, default_timeout=60)
+    at = page_test("hypergrad", default_timeout=60)
     at.session_state[key] = {  # a finished check of this configuration (no TF in the test)
         "rows": [{"hyperparameter": "lr_schedule.decay_rate", "forward": -1.5, "reverse": -1.5,
                   "finite_difference": -1.5000001, "rel_err_forward_reverse": 1e-15,
                   "rel_err_forward_fd": 7e-8, "passed": True}],
         "passed": True, "labels": {"lr_schedule.decay_rate":
                                    "lr_schedule.decay_rate (ExponentialDecay)"}}
+    at.session_state["hg_run"] = run_id  # another session's run, opened view only
     at.run()
     assert not at.exception, at.exception
     grads = json.loads(at.get("plotly_chart")[0].proto.spec)

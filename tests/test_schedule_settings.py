@@ -11,10 +11,11 @@ import sys
 import pydantic
 import pytest
 
-from optimizer_lab.cli import build_parser, config_from_args
+from lab_cli.cli import build_parser, config_from_args
 from optimizers.schedule_specs import SCHEDULE_SPECS, default_config, validate_schedule
 from settings import fields
-from settings.cli_flags import FlagError, to_argv
+from settings.cli_flags import FlagError
+from tests.cli_argv import to_argv
 from settings.config_file import ConfigImportError, parse_config
 from settings.run_config import RunConfig
 from settings.share_link import QueryParamsError, from_query_params, to_query_params

@@ -16,12 +16,13 @@ from runs import ownership
 from runs.ownership import Caller
 from settings.run_config import RunConfig
 from runs.store import RunStore
+from tests._pages import app_test, open_page
 
 TOKEN_A = "a" * 43
 TOKEN_B = "b" * 43
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TRAIN = "views/train.py"  # the app opens on Home; these tests drive the Train page
+TRAIN = "train"  # the app opens on Home; these tests drive the Train page
 
 
 @pytest.fixture()
@@ -39,14 +40,14 @@ def running_run(store: RunStore, owner: str | None = None) -> int:
 
 def session(token: str) -> AppTest:
     """A page session whose browser token is `token` (as if its cookie had been sent)."""
-    at = AppTest.from_file(APP, default_timeout=120).switch_page(TRAIN)
+    at = open_page(app_test(default_timeout=120), TRAIN)
     at.session_state[session_runs._TOKEN] = token
     return at
 
 
 def test_another_sessions_run_is_view_only_until_taken_over(store):
     run_id = running_run(store)
-    at = AppTest.from_file(APP, default_timeout=120).switch_page(TRAIN)
+    at = open_page(app_test(default_timeout=120), TRAIN)
     at.run()
     assert not at.exception, at.exception
     # a new session does not open on somebody else's run
@@ -153,13 +154,13 @@ def test_the_same_browser_regains_its_runs_after_a_reload(store):
 
 
 def test_a_new_session_gets_a_random_token_and_sets_its_cookie(store):
-    at = AppTest.from_file(APP, default_timeout=120).switch_page(TRAIN)
+    at = open_page(app_test(default_timeout=120), TRAIN)
     at.run()
     token = at.session_state[session_runs._TOKEN]
     assert session_runs._TOKEN_FORMAT.fullmatch(token)
     scripts = [h.proto.body for h in at.get("html")]
     assert any(f"{session_runs.COOKIE}={token};" in body and "SameSite=Strict" in body
                for body in scripts), scripts
-    other = AppTest.from_file(APP, default_timeout=120).switch_page(TRAIN)
+    other = open_page(app_test(default_timeout=120), TRAIN)
     other.run()
     assert other.session_state[session_runs._TOKEN] != token

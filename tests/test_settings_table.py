@@ -16,9 +16,10 @@ from pathlib import Path
 import pydantic
 import pytest
 
-from optimizer_lab.cli import build_parser, config_from_args
+from lab_cli.cli import build_parser, config_from_args
 from settings import fields
-from settings.cli_flags import flag, to_argv
+from settings.cli_flags import flag
+from tests.cli_argv import to_argv
 from settings.config_file import parse_config
 from settings.decode import hyper_model
 from settings.run_config import RunConfig
@@ -160,11 +161,10 @@ def test_settings_imports_neither_streamlit_nor_tensorflow():
 def test_every_field_has_its_place_on_the_train_page(tmp_path, monkeypatch):
     """The Train page draws a widget for every field (an int field of the table gets a number
     input with the table's bounds without editing the page)."""
-    from streamlit.testing.v1 import AppTest
+    from tests._pages import page_test
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    page = Path(__file__).resolve().parents[1] / "views" / "train.py"
-    at = AppTest.from_file(str(page), default_timeout=60)
+    at = page_test("train", default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     widgets = {w.key: w for kind in ("number_input", "selectbox", "checkbox", "multiselect",

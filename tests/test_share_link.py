@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
+from tests._pages import page_test
 
-PAGE = str(Path(__file__).resolve().parents[1] / "views" / "train.py")
 
 
 @pytest.fixture(autouse=True)
@@ -16,7 +14,7 @@ def home(tmp_path, monkeypatch):
 
 
 def test_link_fills_the_setup_and_setup_writes_the_link():
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("train", default_timeout=60)
     at.query_params.update({"optimizer": "sgd", "hp.learning_rate": "0.05",
                             "hp.momentum": "0.9", "opt.nesterov": "true", "dataset": "moons",
                             "model": "logistic", "steps": "321", "seed": "7"})
@@ -37,20 +35,20 @@ def test_link_fills_the_setup_and_setup_writes_the_link():
 def test_a_link_without_label_noise_keeps_the_page_default():
     """A hand-written link names a few fields; the others are the page's defaults (label noise
     0.3, README "Default setup"), not `RunConfig()`'s 0. A link that says 0 gets 0."""
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("train", default_timeout=60)
     at.query_params.update({"optimizer": "sgd", "hp.learning_rate": "0.05"})
     at.run()
     assert not at.exception, at.exception
     assert at.number_input(key="hp_sgd_learning_rate").value == pytest.approx(0.05)
     assert at.number_input(key="label_noise").value == pytest.approx(0.3)
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("train", default_timeout=60)
     at.query_params.update({"optimizer": "sgd", "label_noise": "0.0"})
     at.run()
     assert at.number_input(key="label_noise").value == 0.0
 
 
 def test_bad_link_is_ignored_with_a_message_naming_the_parameter():
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("train", default_timeout=60)
     at.query_params.update({"optimizer": "adam", "hp.beta_1": "2"})
     at.run()
     assert not at.exception
@@ -64,7 +62,7 @@ def test_bad_link_is_ignored_with_a_message_naming_the_parameter():
     ("/device:GPU:3", "auto", True),  # a link from a machine with GPUs: named, then auto
 ])
 def test_link_device_is_mapped_or_named(device, expected, message):
-    at = AppTest.from_file(PAGE, default_timeout=120)
+    at = page_test("train", default_timeout=120)
     at.query_params.update({"optimizer": "adam", "device": device})
     at.run()
     assert not at.exception, at.exception
@@ -76,7 +74,7 @@ def test_link_device_is_mapped_or_named(device, expected, message):
 def test_link_carries_dtype_and_hypergradient_settings_through_the_page():
     """Drift bugs: the page dropped the hyper-gradient settings from its link, and `dtype` had
     no widget and was not read by the setup (the page's own link is written from the setup)."""
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("train", default_timeout=60)
     at.query_params.update({"optimizer": "adam", "dtype": "float64",
                             "hypergradients": "learning_rate,beta_1", "hypergradient_every": "3",
                             "reverse_horizon": "12", "reverse_every": "40",
@@ -100,7 +98,7 @@ def test_link_carries_dtype_and_hypergradient_settings_through_the_page():
 
 
 def test_dtype_widget_goes_into_the_setup():
-    at = AppTest.from_file(PAGE, default_timeout=60)
+    at = page_test("train", default_timeout=60)
     at.run()
     assert at.selectbox(key="dtype").value == "float32"
     at.selectbox(key="dtype").set_value("float64").run()

@@ -157,19 +157,15 @@ def test_a_real_worker_frozen_with_sigstop_stays_active(store, monkeypatch):
 
 
 def test_pages_show_a_stalled_run_as_stalled(store, child):
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
-
     from components import session_runs
     from runs.ownership import Caller
+    from tests._pages import app_test, open_page
 
     run_id = silent_run(store, child.pid, process_start(child.pid))
     store.update_run(run_id, owner=Caller("z" * 43).owner)
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[1] / "app.py"),
-                           default_timeout=120)
+    at = app_test(default_timeout=120)
     at.session_state[session_runs._TOKEN] = "z" * 43
-    at.switch_page("views/train.py").run()  # the app opens on Home
+    open_page(at, "train").run()  # the app opens on Home
     assert not at.exception, at.exception
     line = next(m.value for m in at.markdown if m.value.startswith(f"**Run #{run_id}**"))
     assert "status **running**" in line and "no heartbeat for 10" in line

@@ -120,7 +120,7 @@ def test_other_operational_errors_are_not_translated(tmp_path):
 def _page(path: str) -> None:
     import streamlit as st
 
-    from components.store_guard import guard_page, guarded, store_guard
+    from components.store_guard import guard_page, store_guard
     from runs.store import RunStore
 
     @guard_page
@@ -132,7 +132,8 @@ def _page(path: str) -> None:
     with store_guard():
         RunStore(path).create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",
                                    "seed": 0, "steps": 10})
-    st.write(f"guarded: {guarded(lambda: len(RunStore(path).runs()), default=-1)}")
+    with store_guard():
+        st.write(f"after: {len(RunStore(path).runs())}")
 
 
 def test_page_shows_one_line_and_recovers_without_restart(small_disk):
@@ -147,11 +148,11 @@ def test_page_shows_one_line_and_recovers_without_restart(small_disk):
     for error in app.error:
         assert "The run store is unavailable" in error.value and "read-only" in error.value
         assert "\n" not in error.value  # one line, no traceback
-    assert [m.value for m in app.markdown] == ["guarded: -1"]
+    assert [m.value for m in app.markdown] == []
     read_only(small_disk, False)
     app.run()  # the next rerun works: nothing was cached on failure
     assert not app.exception and not app.error
-    assert [m.value for m in app.markdown] == ["runs: 0", "guarded: 1"]
+    assert [m.value for m in app.markdown] == ["runs: 0", "after: 1"]
 
 
 # ----- a run process ----------------------------------------------------------------------------
@@ -208,14 +209,11 @@ def test_run_that_loses_its_store_fails_with_the_reason(small_disk, monkeypatch,
         control.reap()
 
 
-@pytest.mark.parametrize("page", ["train.py", "runs_page.py", "hypergrad_page.py"])
+@pytest.mark.parametrize("page", ["train", "runs", "hypergrad"])
 def test_pages_show_one_line_when_the_store_is_unavailable(page, tmp_path, monkeypatch):
     """Every page that reads the store shows the reason in one line, not a traceback."""
-    from pathlib import Path
-
-    from streamlit.testing.v1 import AppTest
-
     from runs.store import RunStore, StoreUnavailable
+    from tests._pages import page_test
 
     def unavailable(self, *args, **kwargs):
         raise StoreUnavailable(f"the data directory {tmp_path} is read-only (attempt to write "
@@ -223,7 +221,6 @@ def test_pages_show_one_line_when_the_store_is_unavailable(page, tmp_path, monke
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     monkeypatch.setattr(RunStore, "runs", unavailable)
-    path = Path(__file__).resolve().parents[1] / "views" / page
-    at = AppTest.from_file(str(path), default_timeout=120).run()
+    at = page_test(page, default_timeout=120).run()
     assert not at.exception, at.exception
     assert [e.value for e in at.error if "is read-only" in e.value], [e.value for e in at.error]

@@ -1,4 +1,4 @@
-"""AppTest of the three teaching pages (Inside one step, Landscape, Plugins), run as page files."""
+"""AppTest of the three teaching pages (Inside one step, Landscape, Plugins), each drawn alone."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
+from tests._pages import page_test
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plugins_broken"
@@ -36,7 +37,7 @@ def isolated_registry():
 
 
 def page(name: str) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "views" / f"{name}.py"), default_timeout=TIMEOUT_S)
+    at = page_test(name, default_timeout=TIMEOUT_S)
     at.run()
     assert not at.exception, at.exception
     return at

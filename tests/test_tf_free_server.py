@@ -89,7 +89,7 @@ def test_import_app_and_the_registry_api_load_no_tensorflow(tmp_path):
 
 
 def page_dependencies(page: str) -> list[str]:
-    """The lab modules page file `views/<page>` imports (read with ast, not run)."""
+    """The lab modules page module `views/<page>` imports (read with ast, not run)."""
     import ast
 
     tree = ast.parse((ROOT / "views" / page).read_text())
@@ -104,7 +104,7 @@ def page_dependencies(page: str) -> list[str]:
     return sorted({m for m in found if m.split(".")[0] in lab})
 
 
-@pytest.mark.parametrize("page", ["home.py", "train.py", "runs_page.py", "hypergrad_page.py"])
+@pytest.mark.parametrize("page", ["home.py", "train.py", "runs.py", "hypergrad.py"])
 def test_the_page_modules_dependencies_load_no_tensorflow(page):
     modules = page_dependencies(page)
     result = probe(f"""
@@ -121,10 +121,10 @@ def test_cli_help_loads_no_tensorflow():
         import contextlib, io, runpy, sys
         texts = []
         for argv in (["--help"], ["train", "--help"]):
-            sys.argv = ["optimizer_lab", *argv]
+            sys.argv = ["lab_cli", *argv]
             out = io.StringIO()
             with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-                runpy.run_module("optimizer_lab", run_name="__main__", alter_sys=True)
+                runpy.run_module("lab_cli", run_name="__main__", alter_sys=True)
             texts.append(out.getvalue())
         report(texts=texts)
     """)
@@ -136,7 +136,7 @@ def test_cli_help_loads_no_tensorflow():
 def test_cli_refusal_of_a_bad_flag_loads_no_tensorflow():
     result = probe("""
         import contextlib, io
-        from optimizer_lab import cli
+        from lab_cli import cli
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.suppress(SystemExit):
             cli.main(["train", "--optimizer", "nope"])
@@ -148,7 +148,7 @@ def test_cli_refusal_of_a_bad_flag_loads_no_tensorflow():
 
 def test_cli_config_validation_loads_no_tensorflow():
     result = probe("""
-        from optimizer_lab import cli
+        from lab_cli import cli
         parser = cli.build_parser()
         args = parser.parse_args(["train", "--optimizer", "sgd", "--nesterov", "--momentum",
                                   "0.5", "--learning-rate", "0.1", "--steps", "5"])
@@ -161,8 +161,8 @@ def test_cli_config_validation_loads_no_tensorflow():
 
 
 APPTEST = """
-    from streamlit.testing.v1 import AppTest
-    at = AppTest.from_file({file!r}, default_timeout=300)
+    from tests._pages import app_test, open_page
+    at = app_test(default_timeout=300)
     {switch}
     at.run()
     report(exception=[e.message for e in at.exception], titles=[t.value for t in at.title],
@@ -171,15 +171,14 @@ APPTEST = """
 
 
 def test_home_renders_without_tensorflow(tmp_path):
-    result = probe(APPTEST.format(file="app.py", switch=""),
-                   env={"OPTIMIZER_LAB_HOME": str(tmp_path)})
+    result = probe(APPTEST.format(switch=""), env={"OPTIMIZER_LAB_HOME": str(tmp_path)})
     assert result["exception"] == []
     assert result["titles"] == ["Optimizer Lab"]
     assert_tf_free(result)
 
 
 def test_train_renders_without_tensorflow(tmp_path):
-    result = probe(APPTEST.format(file="app.py", switch='at = at.switch_page("views/train.py")'),
+    result = probe(APPTEST.format(switch='open_page(at, "train")'),
                    env={"OPTIMIZER_LAB_HOME": str(tmp_path)})
     assert result["exception"] == []
     assert "Start" in result["buttons"]
@@ -193,13 +192,13 @@ def test_start_and_every_command_from_the_train_page_load_no_tensorflow(tmp_path
     `engine.recording` at module level, so the first Start put TensorFlow in the server
     (4-5 s quiet, ~15 s beside a warm-up on 2 cores, ~750 MB)."""
     result = probe("""
-        from streamlit.testing.v1 import AppTest
         from runs import control, pool
         from runs.store import RunStore, default_store_path
+        from tests._pages import app_test, open_page
         launched = []
         pool._launch = lambda store, run_id: launched.append(run_id)
-        at = AppTest.from_file("app.py", default_timeout=300)
-        at.switch_page("views/train.py").run()
+        at = app_test(default_timeout=300)
+        open_page(at, "train").run()
         at.checkbox(key="hg_follow").check().run()  # for autotune and response slices
         at.button(key="start").click().run()
         store = RunStore(default_store_path())
@@ -241,11 +240,11 @@ def test_export_loads_no_tensorflow(tmp_path):
     assert list((tmp_path / "exports").rglob("events.out.tfevents.*"))
 
 
-@pytest.mark.parametrize("page, title", [("views/runs_page.py", "Optimizer Lab · Runs"), (
-    "views/hypergrad_page.py", "Optimizer Lab · Hyper-gradients")])
+@pytest.mark.parametrize("page, title", [("runs", "Optimizer Lab · Runs"), (
+    "hypergrad", "Optimizer Lab · Hyper-gradients")])
 def test_runs_and_hypergradient_pages_render_without_tensorflow(tmp_path, page, title):
-    # the page file itself: AppTest's switch_page does not reach pages with a url_path
-    result = probe(APPTEST.format(file=page, switch=""), env={"OPTIMIZER_LAB_HOME": str(tmp_path)})
+    result = probe(APPTEST.format(switch=f"open_page(at, {page!r})"),
+                   env={"OPTIMIZER_LAB_HOME": str(tmp_path)})
     assert result["exception"] == []
     assert result["titles"] == [title]
     assert_tf_free(result)

@@ -12,9 +12,10 @@ from streamlit.testing.v1 import AppTest
 
 from _plotly_arrays import decoded
 from runs.store import FINAL_STATUSES, RunStore
+from tests._pages import app_test, open_page
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TRAIN = "views/train.py"  # the app opens on Home; these tests drive the Train page
+TRAIN = "train"  # the app opens on Home; these tests drive the Train page
 TIMEOUT_S = 120  # the first run of the script imports TensorFlow
 
 
@@ -34,7 +35,7 @@ def home(tmp_path, monkeypatch):
 
 @pytest.fixture
 def app(home) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).switch_page(TRAIN)
+    at = open_page(app_test(default_timeout=TIMEOUT_S), TRAIN)
     at.run()
     assert not at.exception, at.exception
     return at

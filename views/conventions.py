@@ -26,7 +26,7 @@ def twin_note(table, label: str) -> str:
     return ""
 
 
-def main() -> None:
+def page() -> None:
     st.title("Conventions compared")
     lesson_panel.show("conventions")
     st.markdown(
@@ -61,6 +61,3 @@ def main() -> None:
         st.info(f"The learning rate is halved at step {change}: until then the two forms are "
                 "identical; afterwards Keras's buffer still carries the old learning rate, "
                 "PyTorch's is rescaled at once.")
-
-
-main()

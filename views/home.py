@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from teaching.lessons import LESSONS, PAGE_FILES, STAGES, Lesson
+from components import links
+from teaching.lessons import LESSONS, PAGE_URLS, STAGES, Lesson
+from views import TITLES
 
-PAGE_TITLES = {"train": "Train", "hypergrad": "Hyper-gradients", "inside_step": "Inside one step",
-               "landscape": "Landscape", "plugins": "Plugins", "runs": "Runs",
-               "keras3": "Keras 3", "conventions": "Conventions",
-               "precision": "Mixed precision & distribution"}
 COLUMNS = 3
 
 
@@ -25,10 +23,12 @@ def intro() -> None:
         "optimizer's **slots** (Adam's `m` and `v`, momentum buffers, accumulators), its "
         "serialized config and the **hyper-gradients** d(validation loss)/d(hyperparameter).")
     left, right = st.columns(2)
-    left.page_link("views/train.py", label="Train a model now (Adam on the digits)",
-                   icon=":material/model_training:")
-    right.page_link("views/inside_step.py", label="Watch one optimizer step from the inside",
-                    icon=":material/step_into:")
+    with left:
+        links.page_link("train", label="Train a model now (Adam on the digits)",
+                        icon=":material/model_training:")
+    with right:
+        links.page_link("inside_step", label="Watch one optimizer step from the inside",
+                        icon=":material/step_into:")
 
 
 def lesson_cards() -> None:
@@ -50,11 +50,12 @@ def lesson_card(number: int, lesson: Lesson) -> None:
     """One card: the lesson's place on the path, its question, page and length, a link."""
     st.markdown(f"**{number}. {lesson.title}**")
     st.caption(f"{lesson.question}")
-    st.caption(f"{PAGE_TITLES[lesson.page]} · about {lesson.minutes} min")
+    st.caption(f"{TITLES[PAGE_URLS[lesson.page]]} · about {lesson.minutes} min")
     page = "train" if lesson.run_setup else lesson.page
-    st.page_link(f"views/{PAGE_FILES[page]}", label="Open the lesson",
-                 icon=":material/school:", query_params={"lesson": lesson.key})
+    links.page_link(PAGE_URLS[page], label="Open the lesson",
+                    icon=":material/school:", query_params={"lesson": lesson.key})
 
 
-intro()
-lesson_cards()
+def page() -> None:
+    intro()
+    lesson_cards()

@@ -15,6 +15,7 @@ import streamlit as st
 from components import lesson_panel
 from components import rule_view
 from components import inspect_figures
+from components.charts import chart
 from components.plugin_loader import load_plugins
 from optimizers import registry
 
@@ -130,10 +131,6 @@ def run_demo(name: str) -> None:
     from teaching import demos
 
     st.session_state["is_demos"][name] = getattr(demos, name)()
-
-
-def chart(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
 
 
 def coordinates_table(record, var_name: str, count: int = 6) -> pd.DataFrame:
@@ -333,7 +330,7 @@ def questions_view() -> None:
         st.markdown(WHY_APPLY_GRADIENTS)
 
 
-def main() -> None:
+def page() -> None:
     load_plugins()
     init_state()
     st.title("Inside one step")
@@ -368,6 +365,3 @@ def _hyper_now(ins) -> pd.DataFrame:
     from teaching.inspect_step import hyper_table
 
     return hyper_table(ins.optimizer)
-
-
-main()

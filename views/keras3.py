@@ -96,7 +96,7 @@ def plugin_section() -> None:
         st.dataframe(table, hide_index=True, width="stretch")
 
 
-def main() -> None:
+def page() -> None:
     from teaching import migration
 
     st.title("Keras 2 -> Keras 3")
@@ -134,6 +134,3 @@ def main() -> None:
     side_by_side_sources(name)
 
     plugin_section()
-
-
-main()

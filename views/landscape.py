@@ -15,6 +15,7 @@ import streamlit as st
 
 from components import lesson_panel
 from components import landscape_figures
+from components.charts import chart
 from components.hyper_widgets import hyper_widgets, invalid_hypers
 from components.plugin_loader import load_plugins
 from optimizers import registry
@@ -92,10 +93,6 @@ def nudge(delta: int) -> None:
     state["ls_step"] = int(min(max(state["ls_step"] + delta, 0), int(state["ls_steps"])))
 
 
-def chart(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
-
-
 def sidebar(names: list[str]) -> dict[str, dict[str, float]]:
     from teaching import landscape
 
@@ -123,7 +120,7 @@ def sidebar(names: list[str]) -> dict[str, dict[str, float]]:
     return hypers
 
 
-def main() -> None:
+def page() -> None:
     from teaching import landscape
 
     load_plugins()
@@ -175,6 +172,3 @@ def main() -> None:
     st.markdown(TUNE_TEXT)
     if state["ls_tuning"] is not None and not state["ls_tuning"].empty:
         chart(landscape_figures.tuning_figure(state["ls_tuning"]), "ls_tune_fig")
-
-
-main()

@@ -17,7 +17,7 @@ HOW_TO = """
 **Start from the template**: copy `plugins/template_optimizer.py` (SGD with gradient
 accumulation, every contract method commented) to a new file in the plugins folder, rename its
 class and `REGISTRY_NAME`, change `coefficients` and `update`, restart the app, and read its
-report below. The command line finds it too: `python -m optimizer_lab train --optimizer NAME`.
+report below. The command line finds it too: `optimizer-lab train --optimizer NAME`.
 
 Write an `OptimizerV2` subclass (best: a `RuleOptimizer` with a pure `coefficients` / `update`)
 in a `.py` file and put it in the plugins folder: `./plugins` by default,
@@ -52,7 +52,7 @@ def class_report(entry, key: str) -> None:
     st.caption(f"{passed}/{len(entry.checks)} items pass")
 
 
-def main() -> None:
+def page() -> None:
     directory, reports = load_plugins()
     st.title("Bring your own optimizer")
     lesson_panel.show("plugins")
@@ -77,6 +77,3 @@ def main() -> None:
             st.info("imported, but it defines no OptimizerV2 subclass")
         for j, entry in enumerate(report.classes):
             class_report(entry, f"pl_{i}_{j}")
-
-
-main()

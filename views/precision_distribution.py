@@ -20,7 +20,7 @@ import streamlit as st
 
 from components import lesson_panel
 from components.precision_figures import (live_hyper_figure, loss_scale_figure,
-                                          policy_difference_figure, replica_gradients_figure)
+                                          replica_gradients_figure)
 
 MP_KEY, CMP_KEY, FWD_KEY, DIST_KEY = "pd_mixed", "pd_compare", "pd_forwarding", "pd_distribution"
 LIVE_KEY, LIVE_ERROR_KEY = "pd_live_run", "pd_live_error"
@@ -198,12 +198,9 @@ def distribution_section() -> None:
                "strategy.")
 
 
-def main() -> None:
+def page() -> None:
     st.title("Mixed precision & distribution")
     lesson_panel.show("precision")
     mixed_section()
     live_section()
     distribution_section()
-
-
-main()

@@ -2,24 +2,23 @@
 
 Thin on purpose: no TensorFlow maths here. The sidebar (`components.train_setup`) builds a
 `RunConfig`; Start and live changes go through `components.train_actions` and `runs.control`;
-the live area below re-reads the run store every 0.5 s (`st.fragment`) and draws it with the
-pure builders of `components.figures`.
+the live area below re-reads the run store every 0.5 s (`components.live_area`) and draws it
+with the pure builders of `components.figures`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from components import lesson_panel, run_controls, run_panels, session_runs, setup_state
-from components import train_setup
+from components import live_area, train_setup
 from components.page_store import store
 from components.store_guard import guard_page
 from components.train_actions import run_specs, selected_run
 from runs.store import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
-
-REFRESH_S = 0.5
-
 
 # ----- live area ------------------------------------------------------------------------------
 def run_label(runs_table: pd.DataFrame, run_id: int) -> str:
@@ -32,16 +31,10 @@ def run_label(runs_table: pd.DataFrame, run_id: int) -> str:
     return f"#{run_id} {r['optimizer']} on {r['dataset']}/{r['model']}, {r['total_steps']} steps"
 
 
-@guard_page
-def live_body(run_id: int, was_active: bool) -> None:
-    try:
-        run = store().run(run_id)
-    except KeyError:
-        st.warning(f"run #{run_id} is no longer in the store")
-        return
-    active = run["status"] in LIVE_STATUSES
-    if was_active and not active:
-        st.rerun(scope="app")  # once: redraw the whole page (selector labels, static mode)
+def live_view(run: dict[str, Any], active: bool) -> None:
+    """One refresh of the live area (`components.live_area`): status, controls and the chosen
+    view of the run."""
+    run_id = run["id"]
     scalars = store().scalars(run_id, max_points=run_panels.DISPLAY_POINTS)
     # One container for everything above the charts: the number of messages varies from one
     # refresh to the next, and a chart whose position among its siblings shifts is remounted
@@ -76,7 +69,7 @@ def live_body(run_id: int, was_active: bool) -> None:
     if run["status"] == QUEUED:
         return
     if active:
-        # While training, only the chosen view is rebuilt every REFRESH_S: redrawing every
+        # While training, only the chosen view is rebuilt on every refresh: redrawing every
         # hidden tab's charts twice a second left the browser (on 2 busy cores) mid-redraw,
         # with blank charts in most frames.
         choice = st.segmented_control(
@@ -91,7 +84,7 @@ def live_body(run_id: int, was_active: bool) -> None:
 
 
 @guard_page  # a read-only or full data directory: one line, not a traceback
-def main() -> None:
+def page() -> None:
     train_setup.plugins_for_this_page()
     train_setup.init_state()
     # before the Setup widgets exist
@@ -125,8 +118,4 @@ def main() -> None:
                       "only")
     if run is None:
         return
-    active = run["status"] in LIVE_STATUSES
-    st.fragment(run_every=REFRESH_S if active else None)(live_body)(run["id"], active)
-
-
-main()
+    live_area.live_area(run["id"], run["status"] in LIVE_STATUSES, live_view)

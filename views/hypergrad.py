@@ -3,8 +3,8 @@ online tuning (RTHO), response slices and the correctness proof.
 
 Thin on purpose: no TensorFlow maths here. The run process computes everything
 (`hypergrad.stepper`) and writes it to the run store; this page reads the store every 0.5 s
-(`st.fragment`), sends `autotune` / `response_slice` commands, and runs the correctness check
-as a subprocess (`python -m hypergrad.correctness`).
+(`components.live_area`), sends `autotune` / `response_slice` commands, and runs the correctness
+check as a subprocess (`python -m hypergrad.correctness`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from components.page_store import store
 from components.store_guard import guard_page
 from components import correctness_runner
 from components import figures
-from components import live_chart
+from components.charts import chart
+from components import live_area
 from components import lesson_panel
 from components import links
 from components import session_runs
@@ -28,7 +29,6 @@ from optimizers import registry
 from runs.store import ACTIVE_STATUSES
 from teaching import glossary
 
-REFRESH_S = 0.5
 FD_EXPLANATION = """
 **Why a tanh model in float64?** Forward and reverse mode compute the *same* derivative
 (Franceschi et al. 2017, sec. 3), so they agree to round-off. Central finite differences
@@ -115,15 +115,6 @@ def on_slice(run_id: int) -> None:
 
 
 # ----- sections -------------------------------------------------------------------------------
-def chart(fig, key: str, live: bool = False) -> None:
-    """Patched in place while the run trains (`components.live_chart`: never blank between
-    refreshes), a plain plotly chart once it has ended."""
-    if live:
-        live_chart.live_chart(fig, key, height=int(fig.layout.height or 340))
-    else:
-        st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
-
-
 def autotune_controls(run: dict[str, Any]) -> None:
     rid, specs = run["id"], run_specs(run)
     meta = run.get("hypergradient_meta") or {}
@@ -204,16 +195,10 @@ def correctness_panel(run: dict[str, Any] | None) -> None:
         st.markdown(FD_EXPLANATION)
 
 
-@guard_page
-def live_body(run_id: int, was_active: bool) -> None:
-    try:
-        run = store().run(run_id)
-    except KeyError:
-        st.warning(f"run #{run_id} is no longer in the store")
-        return
-    active = run["status"] in ACTIVE_STATUSES
-    if was_active and not active:
-        st.rerun(scope="app")
+def live_view(run: dict[str, Any], active: bool) -> None:
+    """One refresh of the live area (`components.live_area`): cost, hyper-gradients, the
+    hyperparameter trace and the latest response slice."""
+    run_id = run["id"]
     meta = run.get("hypergradient_meta") or {}
     st.markdown(f"**Run #{run_id}** · status **{run['status']}** · step "
                 f"{run['step']}/{run['total_steps']} · traces {run['traces']} (1 = no retrace)")
@@ -270,7 +255,7 @@ HG_SETUP_LINK = {"label": "Open the Train page set up to follow the learning rat
 
 
 @guard_page  # a read-only or full data directory: one line, not a traceback
-def main() -> None:
+def page() -> None:
     st.title("Optimizer Lab · Hyper-gradients")
     lesson_panel.show("hypergrad")
     with st.expander("What the terms on this page mean"):
@@ -284,17 +269,25 @@ def main() -> None:
     if not ids:
         st.info("No run yet: on the **Train** page, open **Hyper-gradients** in the Setup "
                 "sidebar, tick *follow hyper-gradients* and press **Start**.")
-        links.page_link("views/train.py", **HG_SETUP_LINK)
+        links.page_link("train", **HG_SETUP_LINK)
         correctness_panel(None)
         return
     state = st.session_state
     if state.get("hg_run") not in ids:
+        # A session opens on its own newest run, never on another user's (see session_runs).
         mine = [i for i in session_runs.my_runs(store()) if i in ids]
-        with_hg = [i for i in ids if json.loads(
-            runs_table.loc[runs_table["id"] == i, "config"].iloc[0]).get("hypergradients")]
-        state["hg_run"] = mine[-1] if mine else (with_hg[0] if with_hg else ids[0])
+        state["hg_run"] = mine[-1] if mine else None
     st.selectbox("run", ids, key="hg_run", format_func=lambda i: run_label(runs_table, i),
+                 placeholder="open a run of the store (view only unless it is yours)",
                  help="this session's newest run by default; other sessions' runs are view only")
+    if state["hg_run"] is None:
+        st.info("No run in this session yet: on the **Train** page, open **Hyper-gradients** in "
+                "the Setup sidebar, tick *follow hyper-gradients* and press **Start**, or open a "
+                "run of the store above.")
+        links.page_link("train", **HG_SETUP_LINK)
+        st.divider()
+        correctness_panel(None)
+        return
     run = store().run(int(state["hg_run"]))
     if not session_runs.owns(run):
         st.caption(f"View only: run #{run['id']} belongs to another browser session (or to "
@@ -303,12 +296,12 @@ def main() -> None:
         st.info(f"Run #{run['id']} does not follow hyper-gradients. On the **Train** page open "
                 "**Hyper-gradients** in the Setup sidebar, tick *follow hyper-gradients* and "
                 "start a run.")
-        links.page_link("views/train.py", **HG_SETUP_LINK)
+        links.page_link("train", **HG_SETUP_LINK)
     else:
         active = run["status"] in ACTIVE_STATUSES
         st.checkbox("asinh scale (keeps signs, compresses decades)", key=f"hg_symlog_{run['id']}",
                     help=glossary.TERMS["asinh axis"])
-        st.fragment(run_every=REFRESH_S if active else None)(live_body)(run["id"], active)
+        live_area.live_area(run["id"], active, live_view, live_statuses=ACTIVE_STATUSES)
         for level, text in st.session_state.get("hg_messages", []):
             getattr(st, level)(text)
         left, right = st.columns(2)
@@ -318,6 +311,3 @@ def main() -> None:
             slice_controls(run)
     st.divider()
     correctness_panel(run)
-
-
-main()

@@ -1,10 +1,12 @@
 """The command line: train, list, export and import runs of the run store, without the browser.
 
-    python -m optimizer_lab train --optimizer adam --learning-rate 0.01 --dataset digits \\
+    optimizer-lab train --optimizer adam --learning-rate 0.01 --dataset digits \\
         --steps 500 --seed 0 [--config FILE.json] [--store PATH] [--name TEXT]
-    python -m optimizer_lab list [--store PATH]
-    python -m optimizer_lab export RUN_ID --out DIR [--store PATH] [--no-tensorboard]
-    python -m optimizer_lab import FILE.json|RUN.zip [--store PATH]
+    optimizer-lab list [--store PATH]
+    optimizer-lab export RUN_ID --out DIR [--store PATH] [--no-tensorboard]
+    optimizer-lab import FILE.json|RUN.zip [--store PATH]
+
+(`optimizer-lab` is the command `pip install -e .` installs; `python -m lab_cli` is the same.)
 
 `train` and `import` create the run in the store (default `$OPTIMIZER_LAB_HOME/runs.sqlite`,
 the one the Streamlit app shows) and start the same run process the Train page starts
@@ -17,7 +19,7 @@ hyperparameter from the registry's `HyperSpec`s (`--learning-rate`, `--beta-1`, 
 option (`--amsgrad`, `--nesterov`, `--inner`, ...); the values go through the one decoder
 (`settings.decode`) that the share link and the config file use too. Any refusal (a bad value,
 an unknown name, a missing or unreadable file, a store that is not one, a bad
-`OPTIMIZER_LAB_POOL_SIZE`) is ONE line on stderr, `python -m optimizer_lab <command>: error:
+`OPTIMIZER_LAB_POOL_SIZE`) is ONE line on stderr, `optimizer-lab <command>: error:
 argument --flag: ... allowed ...`, exit status 2, no traceback. `import` takes a config JSON or an
 exported run zip. The run's exit status is 0 when it finished, 1 otherwise.
 
@@ -52,7 +54,9 @@ from settings.run_config import RunConfig
 from runs.store import FINAL_STATUSES, RunStore
 
 __all__ = ["build_parser", "config_from_args", "flag", "hyper_specs", "main", "option_types"]
+PROG = "optimizer-lab"  # the installed command ([project.scripts] in pyproject.toml)
 POLL_S = 0.2
+FINAL_SCALARS = ("train_loss", "val_loss", "val_accuracy")  # printed when a followed run ends
 MAX_NAME_CHARS = 120  # as `RunStore.rename_run`
 
 
@@ -82,7 +86,7 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser; hyperparameter and option flags come from the registry."""
-    parser = Parser(prog="python -m optimizer_lab",
+    parser = Parser(prog=PROG,
                     description="Optimizer Lab from the command line.")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -196,6 +200,16 @@ def _progress(store: RunStore, run_id: int, total: int, show: bool) -> dict[str,
             time.sleep(POLL_S)
 
 
+def final_scalars(store: RunStore, run_id: int) -> str:
+    """The run's last recorded value of each of `FINAL_SCALARS` with its step, e.g.
+    `train_loss 0.2131 (step 40) · val_loss 0.2544 (step 40) · val_accuracy 0.9222 (step 40)`
+    (4 significant digits; a scalar never recorded is left out; "" when none is)."""
+    table = store.scalars(run_id, FINAL_SCALARS)
+    last = table.groupby("name", sort=False).tail(1).set_index("name")
+    return " · ".join(f"{name} {last.loc[name, 'value']:.4g} (step {int(last.loc[name, 'step'])})"
+                      for name in FINAL_SCALARS if name in last.index)
+
+
 def run_config(config: RunConfig, store: RunStore, args: argparse.Namespace) -> int:
     """Start `config` as a run and (unless `--detach`) follow it; returns the exit status."""
     from runs import control
@@ -216,6 +230,9 @@ def run_config(config: RunConfig, store: RunStore, args: argparse.Namespace) -> 
             pass
         run = control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
     print(f"run {run_id} {run['status']}: {run['message']}", file=sys.stderr)
+    final = final_scalars(store, run_id)
+    if final:  # the validation numbers too, not only the progress bar's train loss
+        print(f"run {run_id} final: {final}", file=sys.stderr)
     print(run_id)
     return 0 if run["status"] == "finished" else 1
 
@@ -289,13 +306,13 @@ def _without_plugins_flag(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of `python -m optimizer_lab`; returns the exit status."""
+    """Entry point of `optimizer-lab` and `python -m lab_cli`; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         for note in load_plugins_for(argv):
-            print(f"python -m optimizer_lab: {note}", file=sys.stderr)
+            print(f"{PROG}: {note}", file=sys.stderr)
     except ValueError as error:  # a refused plugin timeout variable
-        print(f"python -m optimizer_lab: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     argv = _without_plugins_flag(argv)
     parser = build_parser()

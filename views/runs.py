@@ -18,6 +18,7 @@ from components.store_guard import guard_page
 from components import lesson_panel
 from components import links
 from components import run_figures as rf
+from components.charts import chart
 from components import session_runs
 from components.figures import DISPLAY_POINTS
 from settings.config_file import MAX_BYTES, ConfigImportError
@@ -356,12 +357,8 @@ def import_section() -> None:
                   on_click=on_import_start)
 
 
-def chart(fig, key: str) -> None:
-    st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
-
-
 @guard_page  # a read-only or full data directory: one line, not a traceback
-def main() -> None:
+def page() -> None:
     init_state()
     st.title("Optimizer Lab · Runs")
     lesson_panel.show("runs")
@@ -370,8 +367,8 @@ def main() -> None:
     table = rf.overview_table(store().runs(), store().last_scalars())
     if table.empty:
         st.info("No run in the store yet: train one on the Train page, from the command line "
-                "(`python -m optimizer_lab train ...`) or import a config below.")
-        links.page_link("views/train.py", label="Train a first run (Adam on the digits)",
+                "(`optimizer-lab train ...`) or import a config below.")
+        links.page_link("train", label="Train a first run (Adam on the digits)",
                         icon=":material/play_arrow:")
     else:
         runs_table(table)
@@ -393,6 +390,3 @@ def teacher_section() -> None:
                       on_change=on_teacher_secret,
                       help="the OPTIMIZER_LAB_TEACHER_SECRET of this server: lets this session "
                            "stop, rename and delete any run; every such action is recorded")
-
-
-main()
