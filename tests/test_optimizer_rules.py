@@ -35,6 +35,8 @@ VARIANTS = [
      {"learning_rate": 0.01}),
     ("accum-adam-k3", "accumulation", {"inner": "adam", "accumulation_steps": 3},
      {"learning_rate": 0.01}),
+    ("lion", "lion", {}, {"learning_rate": 0.01}),
+    ("lion-decay", "lion", {}, {"learning_rate": 0.01, "weight_decay": 0.25}),
 ]
 VARIANT_PARAMS = [pytest.param(n, o, h, id=i) for i, n, o, h in VARIANTS]
 SHAPE = (3, 4)
