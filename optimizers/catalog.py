@@ -282,6 +282,8 @@ BUILTINS: dict[str, CatalogEntry] = {entry.name: entry for entry in (
                                                 names_field_twice=True)),)),
     _builtin("lion", "lion", "Lion",
              (LEARNING_RATE, LION_BETA_1, LION_BETA_2, DECOUPLED_WEIGHT_DECAY)),
+    _builtin("lamb", "lamb", "Lamb",
+             (LEARNING_RATE, BETA_1, BETA_2, EPSILON, DECOUPLED_WEIGHT_DECAY)),
 )}
 
 

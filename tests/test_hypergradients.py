@@ -34,6 +34,7 @@ CASES = {
     "diffgrad": ({"learning_rate": 0.05}, {}),
     "accumulation": ({"learning_rate": 0.05}, {"inner": "adam", "accumulation_steps": 2}),
     "lion": ({"learning_rate": 0.01, "weight_decay": 0.1}, {}),
+    "lamb": ({"learning_rate": 0.05, "weight_decay": 0.1}, {}),
 }
 
 

@@ -25,6 +25,7 @@ CASES = [  # (registry name, hyperparameters, options)
     ("adagrad", {"learning_rate": 0.1}, {}),
     ("diffgrad", {"learning_rate": 0.01}, {}),
     ("accumulation", {"learning_rate": 0.01}, {"inner": "adam"}),    ("lion", {"learning_rate": 0.01, "weight_decay": 0.1}, {}),
+    ("lamb", {"learning_rate": 0.01, "weight_decay": 0.1}, {}),
 ]
 RNG = np.random.default_rng(0)
 W0, B0, E0 = RNG.normal(size=(6, 4)), RNG.normal(size=4), RNG.normal(size=(10, 3))

@@ -37,6 +37,7 @@ VARIANTS = [
      {"learning_rate": 0.01}),
     ("lion", "lion", {}, {"learning_rate": 0.01}),
     ("lion-decay", "lion", {}, {"learning_rate": 0.01, "weight_decay": 0.25}),
+    ("lamb", "lamb", {}, {"learning_rate": 0.01}),
 ]
 VARIANT_PARAMS = [pytest.param(n, o, h, id=i) for i, n, o, h in VARIANTS]
 SHAPE = (3, 4)
