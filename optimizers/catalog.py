@@ -284,6 +284,9 @@ BUILTINS: dict[str, CatalogEntry] = {entry.name: entry for entry in (
              (LEARNING_RATE, LION_BETA_1, LION_BETA_2, DECOUPLED_WEIGHT_DECAY)),
     _builtin("lamb", "lamb", "Lamb",
              (LEARNING_RATE, BETA_1, BETA_2, EPSILON, DECOUPLED_WEIGHT_DECAY)),
+    _builtin("adafactor", "adafactor", "Adafactor",
+             (LEARNING_RATE, BETA_2_DECAY, EPSILON_1, EPSILON_2, CLIP_THRESHOLD),
+             (("relative_step", True),)),
 )}
 
 

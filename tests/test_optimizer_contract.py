@@ -27,6 +27,7 @@ LIVE_CHANGE = {
     "diffgrad": ("beta_2", 0.875),
     "lion": ("beta_1", 0.5),
     "lamb": ("beta_2", 0.875),
+    "adafactor": ("clip_threshold", 0.25),
 }
 
 
@@ -176,7 +177,7 @@ def test_unknown_hyperparameter_name_is_refused(name, options, hypers):
 # Least squares min_x mean((A x - b)^2): the minimum is known in closed form.
 CONVERGE_LR = {"adam": 0.05, "adamw": 0.05, "sgd": 0.05, "rmsprop": 0.002, "adagrad": 0.5,
                "diffgrad": 0.05, "accumulation": 0.05, "lion": 0.002,
-               "lamb": 0.05}
+               "lamb": 0.05, "adafactor": 0.05}
 
 
 @pytest.mark.parametrize("name,options,hypers", VARIANT_PARAMS)
