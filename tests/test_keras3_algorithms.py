@@ -95,6 +95,38 @@ def test_weights_and_every_slot_equal_keras3_after_20_steps(name):
     assert weights <= TOLERANCE and slots <= TOLERANCE, (weights, slots)
 
 
+def run_model(opt, variables) -> list[np.ndarray]:
+    """The weights after STEPS steps of `opt` on the parity model (float32); `variables` are
+    `tf.Variable`s (a lab optimizer) or `keras.Variable`s (a Keras 3 one)."""
+    watched = [v.value if isinstance(v, keras.Variable) else v for v in variables]
+    for batch in BATCHES:
+        with tf.GradientTape() as tape:
+            loss = model_loss(*watched, batch)
+        opt.apply_gradients(zip(tape.gradient(loss, watched), variables))
+    return [np.asarray(tf.convert_to_tensor(v)) for v in variables]
+
+
+def test_keras3_adafactor_applies_the_relative_step_even_with_relative_step_false():
+    """Keras 3.15's Adafactor takes min(learning_rate, 1/sqrt(t)) whatever `relative_step`
+    says; the lab's relative_step=False uses learning_rate as given. With learning_rate 0.5
+    (above 1/sqrt(t) from t = 5) the lab's absolute step parts from both."""
+    def keras_run(**kwargs):
+        return run_model(keras.optimizers.Adafactor(0.5, **kwargs),
+                         [keras.Variable(v, dtype="float32") for v in INIT])
+
+    def lab_run(relative_step):
+        return run_model(registry.create("adafactor", {"learning_rate": 0.5},
+                                         {"relative_step": relative_step}),
+                         [tf.Variable(v, dtype=tf.float32) for v in INIT])
+
+    stock_true, stock_false = keras_run(), keras_run(relative_step=False)
+    lab_true, lab_false = lab_run(True), lab_run(False)
+    for a, b, c in zip(stock_true, stock_false, lab_true):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(c, a, atol=TOLERANCE)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(lab_false, stock_false)) > 0.1
+
+
 def test_every_keras3_algorithm_is_registered_and_compared():
     assert {"lion", "lamb", "adafactor"} & set(registry.names()) == set(KERAS3)
 
