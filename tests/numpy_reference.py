@@ -205,9 +205,9 @@ def initial_slots(name, var, options):
     }[name]
     slots = {n: zeros() for n in names}
     if name == "adafactor":  # factored statistics for rank >= 2, scalar placeholders below
-        slots = {"r": np.zeros(var.shape[:-1], var.dtype) if var.ndim >= 2 else np.zeros((), var.dtype),
-                 "c": (np.zeros(var.shape[:-2] + var.shape[-1:], var.dtype) if var.ndim >= 2
-                       else np.zeros((), var.dtype)),
+        factored = var.ndim >= 2
+        slots = {"r": np.zeros(var.shape[:-1] if factored else (), var.dtype),
+                 "c": np.zeros(var.shape[:-2] + var.shape[-1:] if factored else (), var.dtype),
                  "v": zeros()}
     if name == "adagrad":
         slots["accumulator"] = np.full_like(var, options.get("initial_accumulator_value", 0.1))
