@@ -72,6 +72,50 @@ AVERAGE_DECAY = HyperSpec(
     reference=MOVING_AVERAGE_REFERENCE, library_low=0.0, library_high=1.0,
 )
 
+# Keras 3's newer algorithms (keras.optimizers.Lion / Lamb / Adafactor): their defaults.
+DECOUPLED_WEIGHT_DECAY = dataclasses.replace(WEIGHT_DECAY, default=0.0)  # Keras 3: None = off
+LION_REFERENCE = (
+    "Chen, Liang, Huang, Real, Wang, Pham, Dong, Luong, Hsieh, Lu & Le 2023, 'Symbolic "
+    "Discovery of Optimization Algorithms', arXiv:2302.06675, Program 1"
+)
+LION_BETA_1 = HyperSpec(
+    "beta_1", 0.9, 0.0, 1.0, "weight of the momentum m in the direction sign(b1 m + (1 - b1) g)",
+    reference=LION_REFERENCE, high_inclusive=False,
+)
+LION_BETA_2 = HyperSpec(
+    "beta_2", 0.99, 0.0, 1.0, "decay rate of the momentum m", reference=LION_REFERENCE,
+    high_inclusive=False,
+)
+LAMB_REFERENCE = (
+    "You, Li, Reddi, Hseu, Kumar, Bhojanapalli, Song, Demmel, Keutzer & Hsieh 2020, 'Large "
+    "Batch Optimization for Deep Learning: Training BERT in 76 minutes', ICLR, "
+    "arXiv:1904.00962, Algorithm 2"
+)
+ADAFACTOR_REFERENCE = (
+    "Shazeer & Stern 2018, 'Adafactor: Adaptive Learning Rates with Sublinear Memory Cost', "
+    "ICML, arXiv:1804.04235, Algorithms 4-5 and sec. 7-8"
+)
+BETA_2_DECAY = HyperSpec(
+    "beta_2_decay", -0.8, -1.0, 0.0,
+    "exponent c of the second-moment decay rate beta_2(t) = 1 - t**c",
+    reference=ADAFACTOR_REFERENCE + " (sec. 7, eq. 12)",
+)
+EPSILON_1 = HyperSpec(
+    "epsilon_1", 1e-30, 0.0, 1.0, "added to grad**2 so the second-moment estimate never reaches 0",
+    reference=ADAFACTOR_REFERENCE + " (Algorithm 4, line 5)", low_inclusive=False,
+    log_scale=True, library_low=0.0,
+)
+EPSILON_2 = HyperSpec(
+    "epsilon_2", 1e-3, 0.0, 1.0, "lower bound of the parameter scale RMS(var) in the step size",
+    reference=ADAFACTOR_REFERENCE + " (sec. 8)", low_inclusive=False, log_scale=True,
+    library_low=0.0,
+)
+CLIP_THRESHOLD = HyperSpec(
+    "clip_threshold", 1.0, 0.0, 100.0, "d: an update whose RMS exceeds d is scaled down to RMS d",
+    reference=ADAFACTOR_REFERENCE + " (sec. 6, eq. 11)", low_inclusive=False, log_scale=True,
+    library_low=0.0,
+)
+
 
 @dataclass(frozen=True)
 class WrapperRule:
@@ -236,6 +280,13 @@ BUILTINS: dict[str, CatalogEntry] = {entry.name: entry for entry in (
              wrapper=WrapperRule(inner_specs_only=False, inner_must_be_rule=False),
              ranges=(("start_step", OptionRange(0, math.inf, "an int >= 0",
                                                 names_field_twice=True)),)),
+    _builtin("lion", "lion", "Lion",
+             (LEARNING_RATE, LION_BETA_1, LION_BETA_2, DECOUPLED_WEIGHT_DECAY)),
+    _builtin("lamb", "lamb", "Lamb",
+             (LEARNING_RATE, BETA_1, BETA_2, EPSILON, DECOUPLED_WEIGHT_DECAY)),
+    _builtin("adafactor", "adafactor", "Adafactor",
+             (LEARNING_RATE, BETA_2_DECAY, EPSILON_1, EPSILON_2, CLIP_THRESHOLD),
+             (("relative_step", True),)),
 )}
 
 

@@ -114,6 +114,64 @@ def accumulation(grad, var, slots, hypers, step, options):
     return new_var, {**new_inner, "grad_accum": np.zeros_like(acc)}
 
 
+def lion(grad, var, slots, hypers, step, options):
+    """Chen et al. 2023 (arXiv:2302.06675, Program 1), Keras 3 order: decoupled decay
+    var -= lr*wd*var first, then var -= lr*sign(b1*m + (1-b1)*g); m = b2*m + (1-b2)*g."""
+    h = _cast(var.dtype, hypers)
+    one = var.dtype.type(1)
+    decayed = var - h["learning_rate"] * h["weight_decay"] * var
+    direction = np.sign(h["beta_1"] * slots["m"] + (one - h["beta_1"]) * grad)
+    m = h["beta_2"] * slots["m"] + (one - h["beta_2"]) * grad
+    return decayed - h["learning_rate"] * direction, {"m": m}
+
+
+def lamb(grad, var, slots, hypers, step, options):
+    """You et al. 2020 (arXiv:1904.00962, Algorithm 2) with Keras 3's decay: var -= lr*wd*var
+    first (outside the trust ratio); u = m_hat/(sqrt(v_hat)+eps); var -= lr*(|var|/|u|)*u, the
+    ratio 1 when either norm is 0. Norms over the whole array given (the rows of a sparse step)."""
+    h = _cast(var.dtype, hypers)
+    one = var.dtype.type(1)
+    t = var.dtype.type(step)
+    decayed = var - h["learning_rate"] * h["weight_decay"] * var
+    m = h["beta_1"] * slots["m"] + (one - h["beta_1"]) * grad
+    v = h["beta_2"] * slots["v"] + (one - h["beta_2"]) * grad * grad
+    u = (m / (one - h["beta_1"] ** t)) / (np.sqrt(v / (one - h["beta_2"] ** t)) + h["epsilon"])
+    w_norm, u_norm = np.sqrt(np.sum(decayed * decayed)), np.sqrt(np.sum(u * u))
+    ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else one
+    return decayed - h["learning_rate"] * ratio * u, {"m": m, "v": v}
+
+
+def _rms(x):
+    return np.sqrt(np.mean(x * x))
+
+
+def adafactor(grad, var, slots, hypers, step, options):
+    """Shazeer & Stern 2018 (arXiv:1804.04235, Algorithms 4-5) as Keras 3 runs it, no first
+    moment: rho = min(lr, 1/sqrt(t)) (relative_step) else lr; alpha = max(eps2, RMS(var)) * rho;
+    b2 = 1 - t**beta_2_decay; G = g^2 + eps1; rank >= 2: r = b2 r + (1-b2) mean_last(G),
+    c = b2 c + (1-b2) mean_second_last(G), v = r c / mean(r); rank < 2: v = b2 v + (1-b2) G
+    (r, c scalar placeholders, unchanged); u = g/sqrt(v); var -= alpha u / max(1, RMS(u)/d)."""
+    h = _cast(var.dtype, hypers)
+    one = var.dtype.type(1)
+    t = var.dtype.type(step)
+    rho = min(h["learning_rate"], one / np.sqrt(t)) if options.get("relative_step", True) \
+        else h["learning_rate"]
+    alpha = max(h["epsilon_2"], _rms(var)) * rho
+    beta = one - t ** h["beta_2_decay"]
+    g2 = grad * grad + h["epsilon_1"]
+    new_slots = dict(slots)
+    if var.ndim >= 2:
+        r = beta * slots["r"] + (one - beta) * np.mean(g2, axis=-1)
+        c = beta * slots["c"] + (one - beta) * np.mean(g2, axis=-2)
+        v = (r / np.mean(r, axis=-1, keepdims=True))[..., None] * c[..., None, :]
+        new_slots.update(r=r, c=c, v=v)
+    else:
+        v = new_slots["v"] = beta * slots["v"] + (one - beta) * g2
+    u = grad / np.sqrt(v)
+    u = u / max(one, _rms(u) / h["clip_threshold"])
+    return var - alpha * u, new_slots
+
+
 REFERENCES = {
     "sgd": sgd,
     "adam": adam,
@@ -122,6 +180,9 @@ REFERENCES = {
     "adagrad": adagrad,
     "diffgrad": diffgrad,
     "accumulation": accumulation,
+    "lion": lion,
+    "lamb": lamb,
+    "adafactor": adafactor,
 }
 
 
@@ -138,8 +199,16 @@ def initial_slots(name, var, options):
         "rmsprop": ["rms"] + (["mg"] if options.get("centered") else []) + ["momentum"],
         "adagrad": [],
         "diffgrad": ["m", "v", "prev_grad"],
+        "lion": ["m"],
+        "lamb": ["m", "v"],
+        "adafactor": [],
     }[name]
     slots = {n: zeros() for n in names}
+    if name == "adafactor":  # factored statistics for rank >= 2, scalar placeholders below
+        factored = var.ndim >= 2
+        slots = {"r": np.zeros(var.shape[:-1] if factored else (), var.dtype),
+                 "c": np.zeros(var.shape[:-2] + var.shape[-1:] if factored else (), var.dtype),
+                 "v": zeros()}
     if name == "adagrad":
         slots["accumulator"] = np.full_like(var, options.get("initial_accumulator_value", 0.1))
     return slots

@@ -33,6 +33,9 @@ CASES = {
     "adagrad": ({"learning_rate": 0.1}, {}),
     "diffgrad": ({"learning_rate": 0.05}, {}),
     "accumulation": ({"learning_rate": 0.05}, {"inner": "adam", "accumulation_steps": 2}),
+    "lion": ({"learning_rate": 0.01, "weight_decay": 0.1}, {}),
+    "lamb": ({"learning_rate": 0.05, "weight_decay": 0.1}, {}),
+    "adafactor": ({"learning_rate": 0.05, "epsilon_2": 0.8, "clip_threshold": 0.5}, {}),
 }
 
 

@@ -24,7 +24,8 @@ CASES = [  # (registry name, hyperparameters, options)
     ("rmsprop", {"learning_rate": 0.01, "momentum": 0.5}, {"centered": True}),
     ("adagrad", {"learning_rate": 0.1}, {}),
     ("diffgrad", {"learning_rate": 0.01}, {}),
-    ("accumulation", {"learning_rate": 0.01}, {"inner": "adam"}),
+    ("accumulation", {"learning_rate": 0.01}, {"inner": "adam"}),    ("lion", {"learning_rate": 0.01, "weight_decay": 0.1}, {}),
+    ("lamb", {"learning_rate": 0.01, "weight_decay": 0.1}, {}),
 ]
 RNG = np.random.default_rng(0)
 W0, B0, E0 = RNG.normal(size=(6, 4)), RNG.normal(size=4), RNG.normal(size=(10, 3))

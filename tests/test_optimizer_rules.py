@@ -35,6 +35,12 @@ VARIANTS = [
      {"learning_rate": 0.01}),
     ("accum-adam-k3", "accumulation", {"inner": "adam", "accumulation_steps": 3},
      {"learning_rate": 0.01}),
+    ("lion", "lion", {}, {"learning_rate": 0.01}),
+    ("lion-decay", "lion", {}, {"learning_rate": 0.01, "weight_decay": 0.25}),
+    ("lamb", "lamb", {}, {"learning_rate": 0.01}),
+    ("adafactor", "adafactor", {}, {"learning_rate": 0.01}),
+    ("adafactor-absolute", "adafactor", {"relative_step": False},
+     {"learning_rate": 0.5, "clip_threshold": 0.5}),
 ]
 VARIANT_PARAMS = [pytest.param(n, o, h, id=i) for i, n, o, h in VARIANTS]
 SHAPE = (3, 4)
@@ -191,7 +197,8 @@ def embedding_case(name, options, hypers):
 
 # Three steps touching different row subsets; ids repeat within a batch (duplicates summed).
 ID_BATCHES = [[[1, 3], [3, 6]], [[0, 1], [1, 1]], [[6, 2], [2, 6]]]
-LAZY_PARAMS = [p for p in VARIANT_PARAMS if p.values[0] != "accumulation"]
+# accumulation and adafactor densify an IndexedSlices gradient (their docstrings say why)
+LAZY_PARAMS = [p for p in VARIANT_PARAMS if p.values[0] not in ("accumulation", "adafactor")]
 
 
 @pytest.mark.parametrize("name,options,hypers", LAZY_PARAMS)
