@@ -17,8 +17,8 @@ from components import run_controls, setup_state
 from components.hyper_widgets import (default_index, default_value, hyper_widgets,
                                       invalid_hypers, number_args, option_widgets,
                                       schedule_widgets, slider_bounds)
-from components.train_actions import (on_hyper_change, on_schedule_change, on_start,
-                                      setup_config)
+from components.train_actions import (SETUP_OF_RUN, live_config, on_hyper_change,
+                                      on_schedule_change, on_start, setup_config)
 from optimizers import registry, schedule_curves
 from optimizers.hyperparams import InvalidHyperparameter
 from settings import fields, share_link
@@ -77,6 +77,21 @@ def apply_config(config: RunConfig) -> None:
             values[prefix + spec.name] = min(max(values[prefix + spec.name], bounds[0]), bounds[1])
     values["continuous"] = config.steps >= run_controls.continuous_steps()
     st.session_state.update(values)
+
+
+def follow_live_run(live_run: dict[str, Any] | None) -> None:
+    """Set the Setup to the live run this session steers (its optimizer, its current
+    hyperparameters, schedule and decay, read from the store), before the widgets are drawn:
+    a value moved then starts from what the run uses, not from the page's defaults. Once per
+    run and session (a reopened page, a new tab, a reload are new sessions or new runs), so the
+    user's own moves are never put back."""
+    state = st.session_state
+    if live_run is None or state.get(SETUP_OF_RUN) == live_run["id"]:
+        return
+    state[SETUP_OF_RUN] = live_run["id"]
+    config = live_config(live_run)
+    if config is not None:
+        apply_config(config)
 
 
 def share_setup() -> None:
@@ -154,7 +169,10 @@ def hyperparameter_section(optimizer: str, options: dict[str, Any], specs) -> bo
 
 
 def sidebar(live_run: dict[str, Any] | None) -> None:
+    """The Setup; `live_run`: the selected run when it is active and this session's (its
+    values fill the Setup, `follow_live_run`, and a moved value is sent to it)."""
     state = st.session_state
+    follow_live_run(live_run)
     with st.sidebar:
         st.header("Setup")
         names = registry.names()
