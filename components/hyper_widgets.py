@@ -131,7 +131,8 @@ def typed_slider(spec: HyperSpec, key: str, bounds: tuple[float, float, float],
         on_change=_typed_to_slider, args=(key, bounds, spec.name, on_change))
     return right.slider(
         f"{spec.name} slider", min_value=low, max_value=high, step=step, format=f"%.{digits}f",
-        value=default_value(key, None), key=key, help=common["help"], disabled=common["disabled"], label_visibility="hidden",
+        value=default_value(key, None), key=key, help=common["help"],
+        disabled=common["disabled"], label_visibility="hidden",
         on_change=_slider_to_typed, args=(key, spec.name, on_change))
 
 

@@ -9,11 +9,11 @@ Identity: a random per-browser token (`session_token`). It is kept in the browse
 cookie `COOKIE` (`SameSite=Strict`, 30 days, set by a one-line script in every full script run
 until the browser sends it; read back from `st.context.cookies` on the next visit), so that
 after a reload the SAME browser regains its runs without asking; another browser has another
-token. The token is never put in the URL (a share link carries only the setup). Where the cookie cannot be set (AppTest,
-cookies blocked) the token lives for the session only; the server may then enable the
-fallback `OPTIMIZER_LAB_TAKEOVER_AFTER_S`: "Take control" of a live run whose owner has been
-silent that long (see `runs.ownership`; recorded with the run). Runs with no owner (CLI, old
-stores) can always be taken over.
+token. The token is never put in the URL (a share link carries only the setup). Where the
+cookie cannot be set (AppTest, cookies blocked) the token lives for the session only; the
+server may then enable the fallback `OPTIMIZER_LAB_TAKEOVER_AFTER_S`: "Take control" of a
+live run whose owner has been silent that long (see `runs.ownership`; recorded with the run).
+Runs with no owner (CLI, old stores) can always be taken over.
 
 The heartbeat (`keep_alive`, a fragment of `app.py` that runs on every page) tells the run
 processes and `runs.ownership` that the session is still open (`RunStore.touch_viewers`; a run
