@@ -24,6 +24,11 @@ from settings import fields
 from settings.run_config import RunConfig
 
 
+# The live run the Setup was last set from (`components.train_setup.follow_live_run`): once
+# per run and session, so a value the user moves afterwards is not put back.
+SETUP_OF_RUN = "_setup_of_run"
+
+
 @st.cache_data(show_spinner=False)
 def specs_of(optimizer: str, options_json: str):
     return registry.specs(optimizer, json.loads(options_json))
@@ -132,11 +137,6 @@ def on_start() -> None:
     state["run_id"] = state["run_select"] = run_id
     state[SETUP_OF_RUN] = run_id  # the Setup is this run's already
     state["live_messages"] = state["control_messages"] = []
-
-
-# The live run the Setup was last set from (`components.train_setup.follow_live_run`): once
-# per run and session, so a value the user moves afterwards is not put back.
-SETUP_OF_RUN = "_setup_of_run"
 
 
 def live_run_to_steer(name: str) -> dict[str, Any] | None:
