@@ -12,8 +12,15 @@ TF-free table `optimizers.schedule_specs.SCHEDULE_SPECS`: "constant" or a Keras 
 typed input per constructor parameter (numbers, a checkbox for bools, comma-separated text for
 lists), plus the legacy `decay` from the settings table.
 
-Widgets are initialised through `st.session_state[key]` (never with `value=`), so a page can set
-them programmatically without Streamlit's "default value and Session State" warning.
+Widgets are initialised through `st.session_state[key]`, so a page can set them programmatically
+(a shared link, a lesson, a live run's values). Every widget also gets its current value as its
+own default (`default_value`, `default_index`): Streamlit sends a value set through session state
+to the browser only in the script run that set it, and a browser that first draws the widget
+from a later run's message (two runs in quick succession, e.g. the page's rerun when the
+background checks end, under load) shows the widget's default instead (0 for a number input,
+the low end of a slider, the first option of a select box) and sends it back as if the user had
+typed it. With the widget's default equal to its value, what the browser falls back to is the
+value itself, whatever the timing.
 """
 
 from __future__ import annotations
@@ -29,6 +36,36 @@ from optimizers.schedule_specs import (KERAS_DOC, SCHEDULE_SPECS, ScheduleError,
 from settings import fields
 
 OnChange = Callable[[str], None]
+
+
+def _set_this_run(key: str) -> bool:
+    """True when `key` was assigned through `st.session_state` in the current script run."""
+    try:
+        from streamlit.runtime.state import get_session_state
+
+        return bool(get_session_state().is_new_state_value(key))
+    except Exception:  # noqa: BLE001 - no script run context: nothing was set in one
+        return False
+
+
+def default_value(key: str, fallback: Any) -> Any:
+    """The `value=` (or `default=`) to give the widget of session key `key`: its value in
+    session state, so that the widget's own default is the value it holds (see the module
+    docstring). `fallback` (the widget's usual default, e.g. "min" for `st.number_input`) when
+    the key has no value yet, or when it was set through session state in this script run:
+    that run sends the value to the browser itself, and a default beside it would make
+    Streamlit log its "default value and Session State" warning."""
+    state = st.session_state
+    if key not in state or _set_this_run(key):
+        return fallback
+    return state[key]
+
+
+def default_index(key: str, options: list[Any]) -> int:
+    """The `index=` of a select box of `options` whose value is kept under `key`: the position
+    of that value (see `default_value`), else 0 (the select box's usual default)."""
+    value = default_value(key, None)
+    return options.index(value) if value is not None and value in options else 0
 
 
 def widget_help(spec: HyperSpec) -> str:
@@ -94,7 +131,8 @@ def typed_slider(spec: HyperSpec, key: str, bounds: tuple[float, float, float],
         on_change=_typed_to_slider, args=(key, bounds, spec.name, on_change))
     return right.slider(
         f"{spec.name} slider", min_value=low, max_value=high, step=step, format=f"%.{digits}f",
-        key=key, help=common["help"], disabled=common["disabled"], label_visibility="hidden",
+        value=default_value(key, None), key=key, help=common["help"],
+        disabled=common["disabled"], label_visibility="hidden",
         on_change=_slider_to_typed, args=(key, spec.name, on_change))
 
 
@@ -146,18 +184,30 @@ def hyper_widgets(
         elif bounds is not None:
             low, high, step = bounds
             value = st.slider(spec.name, min_value=low, max_value=high, step=step,
-                              format="%.0f", **common)
+                              format="%.0f", value=default_value(key, None), **common)
         elif spec.log_scale:
             value = st.number_input(spec.name, step=log_step(spec, float(st.session_state[key])),
-                                    format="%.2e", **common)
+                                    format="%.2e", value=default_value(key, "min"), **common)
         else:
             value = st.number_input(spec.name, step=1.0 if spec.integer else 0.01,
-                                    format="%.0f" if spec.integer else "%.4g", **common)
+                                    format="%.0f" if spec.integer else "%.4g",
+                                    value=default_value(key, "min"), **common)
         message = check(spec, value)
         if message:
             st.error(message)
         out[spec.name] = float(value)
     return out
+
+
+def number_args(field: str) -> dict[str, Any]:
+    """`fields.number_input_args(field)` with the widget's current value as its default
+    (`default_value`)."""
+    args = fields.number_input_args(field)
+    value = default_value(args["key"], "min")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        # Streamlit refuses a box whose value's type differs from its bounds'
+        value = float(value) if fields.kind(field) == "float" else int(value)
+    return {**args, "value": value}
 
 
 def invalid_hypers(specs: Iterable[HyperSpec], values: Mapping[str, float]) -> dict[str, str]:
@@ -188,19 +238,25 @@ def option_widgets(
         if key not in st.session_state:
             st.session_state[key] = default
         if isinstance(default, bool):
-            out[name] = st.checkbox(name, key=key, disabled=disabled)
+            out[name] = st.checkbox(name, value=default_value(key, False), key=key,
+                                    disabled=disabled)
         elif isinstance(default, int):
-            out[name] = int(st.number_input(name, min_value=1, step=1, key=key, disabled=disabled))
+            value = default_value(key, "min")
+            out[name] = int(st.number_input(name, min_value=1, step=1, key=key, disabled=disabled,
+                                            value=value if value == "min" else int(value)))
         elif isinstance(default, str) and name == "inner":
             choices = [n for n in optimizer_names if n != exclude] or [default]
             if st.session_state[key] not in choices:
                 st.session_state[key] = default if default in choices else choices[0]
             out[name] = st.selectbox(name, choices, key=key, disabled=disabled,
+                                     index=default_index(key, choices),
                                      help="the optimizer whose update is applied every k steps")
         elif isinstance(default, str):
-            out[name] = st.text_input(name, key=key, disabled=disabled)
+            out[name] = st.text_input(name, value=default_value(key, ""), key=key,
+                                      disabled=disabled)
         else:
-            out[name] = float(st.number_input(name, key=key, disabled=disabled))
+            out[name] = float(st.number_input(name, value=default_value(key, "min"), key=key,
+                                              disabled=disabled))
     return out
 
 
@@ -209,17 +265,21 @@ def _schedule_param_widget(spec: ScheduleParam, key: str, common: dict[str, Any]
     label = spec.name + (" (empty = none)" if spec.optional else "")
     help_text = f"{spec.help} (allowed {spec.allowed()})"
     if spec.kind == "bool":
-        return st.checkbox(spec.name, help=help_text, **common)
+        return st.checkbox(spec.name, help=help_text, value=default_value(key, False), **common)
     if spec.kind in ("ints", "floats"):
-        return st.text_input(spec.name, help=help_text + "; comma-separated", **common)
+        return st.text_input(spec.name, help=help_text + "; comma-separated",
+                             value=default_value(key, ""), **common)
     if spec.kind == "int":
+        value = default_value(key, "min")
         return st.number_input(label, min_value=int(spec.low), max_value=int(spec.high), step=1,
-                               help=help_text, **common)
+                               help=help_text, value=int(value) if isinstance(value, float)
+                               else value, **common)
     value = st.session_state.get(key)
     step = 10.0 ** (math.floor(math.log10(value)) - 1) if spec.log and value else 0.01
     return st.number_input(label, min_value=None if spec.low_open else float(spec.low),
                            max_value=float(spec.high), step=step,
-                           format="%.3e" if spec.log else "%.4g", help=help_text, **common)
+                           format="%.3e" if spec.log else "%.4g", help=help_text,
+                           value=default_value(key, "min"), **common)
 
 
 def schedule_widgets(on_change: OnChange | None = None, disabled: bool = False
@@ -241,6 +301,7 @@ def schedule_widgets(on_change: OnChange | None = None, disabled: bool = False
         state[class_key] = fields.CONSTANT
     callback = dict(on_change=on_change, args=("lr_schedule",)) if on_change else {}
     name = st.selectbox(fields.label("lr_schedule"), choices, key=class_key, disabled=disabled,
+                        index=default_index(class_key, choices),
                         help=f"{fields.help_text('lr_schedule')}; constant = the "
                              "learning_rate above", **callback)
     if name != fields.CONSTANT:
@@ -261,5 +322,5 @@ def schedule_widgets(on_change: OnChange | None = None, disabled: bool = False
         schedule, error = None, str(refused)
         st.error(error)
     decay_callback = dict(on_change=on_change, args=("decay",)) if on_change else {}
-    st.number_input(**fields.number_input_args("decay"), disabled=disabled, **decay_callback)
+    st.number_input(**number_args("decay"), disabled=disabled, **decay_callback)
     return schedule, error

@@ -18,6 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from components import figures, live_chart, session_runs
+from components.hyper_widgets import default_value
 from optimizers import schedule_curves, schedule_specs
 from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, RunStore
 from settings import fields
@@ -80,10 +81,13 @@ def send(store: RunStore, kind: str, run_id: int) -> None:
 
 
 def send_speed(store: RunStore, run_id: int) -> None:
-    """The speed control moved: queue `set_speed` (callback)."""
+    """The speed control moved: queue `set_speed` (callback); nothing when the run already
+    goes (or was last told to go) at that pace."""
     from runs import control
 
     speed = st.session_state[f"speed_{run_id}"]
+    if speed == control.speed(store, run_id):
+        return
     try:
         control.set_speed(store, run_id, speed, caller=session_runs.caller())
     except control.NotOwner as error:
@@ -174,7 +178,11 @@ def controls(store: RunStore, run: dict[str, Any], commands: pd.DataFrame) -> No
     key = f"speed_{rid}"
     if key not in st.session_state:
         st.session_state[key] = control.speed(store, rid)
+    # its value as its default too (`hyper_widgets.default_value`): without it, the default of
+    # this control is the last choice, full speed (None is one of SPEEDS), and a browser that
+    # draws it from a later run's message sent that back as a move, i.e. `set_speed null`
     cols[4].select_slider("speed", SPEEDS, key=key, format_func=speed_label,
+                          value=default_value(key, None),
                           on_change=send_speed, args=(store, rid), disabled=not steerable,
                           help="at most this many steps per second (the run sleeps between "
                                "steps); Pause + Step for one step at a time")

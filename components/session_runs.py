@@ -6,14 +6,14 @@ checks every command against the owner stored with the run; this module only say
 caller is (`caller()`) and asks the store what it owns (`owns`, `my_runs`).
 
 Identity: a random per-browser token (`session_token`). It is kept in the browser as the
-cookie `COOKIE` (`SameSite=Strict`, 30 days, set by a one-line script once per session; read
-back from `st.context.cookies` on the next visit), so that after a reload the SAME browser
-regains its runs without asking; another browser has another token. The token is never put in
-the URL (a share link carries only the setup). Where the cookie cannot be set (AppTest,
-cookies blocked) the token lives for the session only; the server may then enable the
-fallback `OPTIMIZER_LAB_TAKEOVER_AFTER_S`: "Take control" of a live run whose owner has been
-silent that long (see `runs.ownership`; recorded with the run). Runs with no owner (CLI, old
-stores) can always be taken over.
+cookie `COOKIE` (`SameSite=Strict`, 30 days, set by a one-line script in every full script run
+until the browser sends it; read back from `st.context.cookies` on the next visit), so that
+after a reload the SAME browser regains its runs without asking; another browser has another
+token. The token is never put in the URL (a share link carries only the setup). Where the
+cookie cannot be set (AppTest, cookies blocked) the token lives for the session only; the
+server may then enable the fallback `OPTIMIZER_LAB_TAKEOVER_AFTER_S`: "Take control" of a
+live run whose owner has been silent that long (see `runs.ownership`; recorded with the run).
+Runs with no owner (CLI, old stores) can always be taken over.
 
 The heartbeat (`keep_alive`, a fragment of `app.py` that runs on every page) tells the run
 processes and `runs.ownership` that the session is still open (`RunStore.touch_viewers`; a run
@@ -38,7 +38,6 @@ COOKIE = "optimizer_lab_browser"
 COOKIE_MAX_AGE_S = 30 * 24 * 3600
 _TOKEN = "session_token"
 _TEACHER = "teacher_secret"
-_COOKIE_SET = "browser_cookie_set"
 _TOKEN_FORMAT = re.compile(r"[A-Za-z0-9_-]{32,64}")
 
 
@@ -106,16 +105,23 @@ def adopt(run_id: int, store: RunStore | None = None) -> str:
 
 
 def remember_browser() -> None:
-    """Ask the browser to keep this session's token as the cookie `COOKIE` (once per session,
-    and only when it did not send the same token)."""
+    """Ask the browser to keep this session's token as the cookie `COOKIE`, in every full
+    script run until the browser sends that token back (a later session of it).
+
+    Not once per session: a script run that a rerun request interrupts (a click, a widget
+    moved, the page's rerun when its background checks end; likely while a loaded server
+    draws the first page) raises at the next element it adds, and a run that the next one
+    replaces before the browser drew it never runs its script either. A session marked as
+    done after such a run never set its cookie, and a reopened page (a new session without
+    the cookie) then got a new token and saw its own runs as another browser's, view only.
+    The script sets the same cookie each time; an unchanged element is not drawn again."""
     token = session_token()
     try:
         sent = st.context.cookies.get(COOKIE)
     except Exception:  # noqa: BLE001 - no request context
         sent = None
-    if (isinstance(sent, str) and sent == token) or st.session_state.get(_COOKIE_SET):
+    if isinstance(sent, str) and sent == token:
         return
-    st.session_state[_COOKIE_SET] = True
     st.html(f"<script>document.cookie = '{COOKIE}={token}; path=/; "
             f"max-age={COOKIE_MAX_AGE_S}; SameSite=Strict';</script>",
             unsafe_allow_javascript=True)

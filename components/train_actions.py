@@ -24,6 +24,11 @@ from settings import fields
 from settings.run_config import RunConfig
 
 
+# The live run the Setup was last set from (`components.train_setup.follow_live_run`): once
+# per run and session, so a value the user moves afterwards is not put back.
+SETUP_OF_RUN = "_setup_of_run"
+
+
 @st.cache_data(show_spinner=False)
 def specs_of(optimizer: str, options_json: str):
     return registry.specs(optimizer, json.loads(options_json))
@@ -44,6 +49,55 @@ def selected_run() -> dict[str, Any] | None:
     try:
         return store().run(int(run_id))
     except KeyError:
+        return None
+
+
+def stored_number(value: float) -> float:
+    """A hyperparameter read back from a run: Keras 2 keeps every `_set_hyper` value in a
+    float32 variable (0.9 reads 0.8999999762), so 7 significant digits give the number the
+    user set (float32 has 24 bits, 7.2 decimal digits)."""
+    return float(f"{float(value):.7g}")
+
+
+def live_hyperparameters(run: dict[str, Any]) -> dict[str, float]:
+    """name -> the value the run uses now (or has been told to use), for every numeric
+    hyperparameter of its optimizer, read from the store only.
+
+    Per name, the first found of: its newest `set_hyper` command still pending (sent, not yet
+    taken), its newest `hyper_changes` row (every applied change: the user's, a teacher's,
+    auto-tuning's), the run's saved optimizer config (`get_config()` after each change), its
+    start config."""
+    config = run["config"]
+    values = {s.name: float(s.default) for s in run_specs(run)}
+    values.update({name: float(value) for name, value in config.get("hyperparameters", {}).items()
+                   if name in values and isinstance(value, (int, float))})
+    saved = run.get("optimizer_config") or {}
+    values.update({name: stored_number(saved[name]) for name in values
+                   if isinstance(saved.get(name), (int, float))
+                   and not isinstance(saved.get(name), bool)})
+    changes = store().hyper_changes(run["id"])
+    for name, rows in changes.groupby("name") if not changes.empty else ():
+        if name in values:
+            values[name] = stored_number(rows["new"].iloc[-1])
+    commands = store().commands(run["id"])
+    pending = commands[(commands["kind"] == "set_hyper") & (commands["status"] == "pending")]
+    for payload in pending["payload"]:
+        sent = json.loads(payload)
+        if sent.get("name") in values and isinstance(sent.get("value"), (int, float)):
+            values[sent["name"]] = float(sent["value"])
+    return values
+
+
+def live_config(run: dict[str, Any]) -> RunConfig | None:
+    """The run's setup as it trains now: its start config with its current hyperparameters
+    (`live_hyperparameters`), schedule and `decay` (`run_controls.run_schedule`); None when the
+    stored config does not validate (a plugin optimizer no longer registered)."""
+    schedule, decay = run_controls.run_schedule(run)
+    try:
+        return RunConfig.model_validate({**run["config"],
+                                         "hyperparameters": live_hyperparameters(run),
+                                         "lr_schedule": schedule, "decay": decay})
+    except (pydantic.ValidationError, InvalidHyperparameter, KeyError, ValueError):
         return None
 
 
@@ -81,6 +135,7 @@ def on_start() -> None:
         state["start_errors"] = [f"the run could not start: {error}"]
         return
     state["run_id"] = state["run_select"] = run_id
+    state[SETUP_OF_RUN] = run_id  # the Setup is this run's already
     state["live_messages"] = state["control_messages"] = []
 
 
@@ -111,6 +166,8 @@ def on_hyper_change(name: str) -> None:
         state["live_messages"] = [("info", f"{name} not sent: run #{run['id']} uses "
                                            f"{run['config']['optimizer']}, the setup {optimizer}")]
         return
+    if stored_number(value) == stored_number(live_hyperparameters(run)[name]):
+        return  # the value the run has (a box or slider sending its value again): no change
     from runs import control
 
     try:

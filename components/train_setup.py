@@ -14,10 +14,11 @@ import streamlit as st
 
 from components import device_list, figures, plugin_loader, rule_view
 from components import run_controls, setup_state
-from components.hyper_widgets import (hyper_widgets, invalid_hypers, option_widgets,
+from components.hyper_widgets import (default_index, default_value, hyper_widgets,
+                                      invalid_hypers, number_args, option_widgets,
                                       schedule_widgets, slider_bounds)
-from components.train_actions import (on_hyper_change, on_schedule_change, on_start,
-                                      setup_config)
+from components.train_actions import (SETUP_OF_RUN, live_config, on_hyper_change,
+                                      on_schedule_change, on_start, setup_config)
 from optimizers import registry, schedule_curves
 from optimizers.hyperparams import InvalidHyperparameter
 from settings import fields, share_link
@@ -76,6 +77,21 @@ def apply_config(config: RunConfig) -> None:
             values[prefix + spec.name] = min(max(values[prefix + spec.name], bounds[0]), bounds[1])
     values["continuous"] = config.steps >= run_controls.continuous_steps()
     st.session_state.update(values)
+
+
+def follow_live_run(live_run: dict[str, Any] | None) -> None:
+    """Set the Setup to the live run this session steers (its optimizer, its current
+    hyperparameters, schedule and decay, read from the store), before the widgets are drawn:
+    a value moved then starts from what the run uses, not from the page's defaults. Once per
+    run and session (a reopened page, a new tab, a reload are new sessions or new runs), so the
+    user's own moves are never put back."""
+    state = st.session_state
+    if live_run is None or state.get(SETUP_OF_RUN) == live_run["id"]:
+        return
+    state[SETUP_OF_RUN] = live_run["id"]
+    config = live_config(live_run)
+    if config is not None:
+        apply_config(config)
 
 
 def share_setup() -> None:
@@ -153,13 +169,17 @@ def hyperparameter_section(optimizer: str, options: dict[str, Any], specs) -> bo
 
 
 def sidebar(live_run: dict[str, Any] | None) -> None:
+    """The Setup; `live_run`: the selected run when it is active and this session's (its
+    values fill the Setup, `follow_live_run`, and a moved value is sent to it)."""
     state = st.session_state
+    follow_live_run(live_run)
     with st.sidebar:
         st.header("Setup")
         names = registry.names()
         if state["optimizer"] not in names:
             state["optimizer"] = names[0]
         optimizer = st.selectbox("optimizer", names, key="optimizer",
+                                 index=default_index("optimizer", names),
                                  help=fields.help_text("optimizer"))
         if plugin_loader.check_running() or not device_list.device_names().final:
             background_note()
@@ -181,31 +201,35 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
         with st.expander(f"{optimizer}: the update rule"):
             rule_view.show(optimizer, key="train_rule")
         st.subheader("Data and run")
-        st.selectbox("dataset", fields.choices("dataset"), key="dataset",
+        datasets = list(fields.choices("dataset"))
+        st.selectbox("dataset", datasets, key="dataset", index=default_index("dataset", datasets),
                      help=fields.help_text("dataset"))
         models = COMPATIBLE_MODELS[state["dataset"]]
         if state["model"] not in models:
             state["model"] = "mlp" if "mlp" in models else models[0]
-        st.selectbox("model", models, key="model", help=fields.help_text("model"))
-        st.number_input(**fields.number_input_args("label_noise"))
+        st.selectbox("model", models, key="model", index=default_index("model", list(models)),
+                     help=fields.help_text("model"))
+        st.number_input(**number_args("label_noise"))
         st.checkbox("continuous (no step limit)", key="continuous",
+                    value=default_value("continuous", False),
                     on_change=setup_state.on_continuous,
                     help=f"steps = {run_controls.continuous_steps():,} (the most allowed); set "
                          "the pace with the speed control beside Pause/Stop")
         left, right = st.columns(2)
         for index, field in enumerate(fields.int_fields("run")):  # batch size, steps, ...
-            args = fields.number_input_args(field)
+            args = number_args(field)
             (left, right)[index % 2].number_input(
                 **args, disabled=field == "steps" and state["continuous"])
         st.select_slider("pace of a new run", run_controls.SPEEDS, key="start_speed",
+                         value=default_value("start_speed", None),
                          format_func=run_controls.speed_label,
                          help="the pace a run starts at; change it while it trains with the "
                               "speed control beside Pause/Stop (full speed: as fast as the "
                               "machine trains)")
-        st.selectbox("dtype", fields.choices("dtype"), key=fields.session_key("dtype"),
-                     help=fields.help_text("dtype"))
-        st.selectbox(fields.label("compiler"), fields.choices("compiler"),
-                     key=fields.session_key("compiler"), help=fields.help_text("compiler"))
+        for field, label in (("dtype", "dtype"), ("compiler", fields.label("compiler"))):
+            choices, key = list(fields.choices(field)), fields.session_key(field)
+            st.selectbox(label, choices, key=key, index=default_index(key, choices),
+                         help=fields.help_text(field))
         names, final = device_names()
         devices = ["auto"] + names
         if state["device"] not in devices and not final:  # judged once the list is known
@@ -216,7 +240,8 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
                 state["start_errors"] = [f"device={state['device']!r} is not on this machine "
                                          f"(devices: {', '.join(devices)}); using auto"]
             state["device"] = canonical if canonical in devices else "auto"
-        st.selectbox("device", devices, key="device", help=fields.help_text("device"))
+        st.selectbox("device", devices, key="device", index=default_index("device", devices),
+                     help=fields.help_text("device"))
         hypergradient_widgets(optimizer, specs)
         st.button("Start", key="start", type="primary", on_click=on_start,
                   width="stretch", disabled=not setup_ok)
@@ -228,16 +253,17 @@ def hypergradient_widgets(optimizer: str, specs) -> None:
     """The Setup's "Hyper-gradients" expander (watched on the Hyper-gradients page)."""
     with st.expander("Hyper-gradients"):
         st.checkbox("follow hyper-gradients", key="hg_follow",
+                    value=default_value("hg_follow", False),
                     help="train through forward mode and record dE_val/dλ (exact and one-step)")
         names = [s.name for s in specs]
         key = fields.names_key(optimizer)
         if key not in st.session_state or not set(st.session_state[key]) <= set(names):
             st.session_state[key] = names  # through state, not `default=`: a link may set it
-        st.multiselect("hyperparameters", names, key=key,
+        st.multiselect("hyperparameters", names, key=key, default=default_value(key, None),
                        disabled=not st.session_state["hg_follow"])
         left, right = st.columns(2)
         for index, field in enumerate(fields.int_fields("hypergradients")):
-            (left, right)[index % 2].number_input(**fields.number_input_args(field))
+            (left, right)[index % 2].number_input(**number_args(field))
         tuned = {name: eta for name, eta in st.session_state.get(
             fields.session_key("autotune"), {}).items() if name in st.session_state[key]}
         if tuned and st.session_state["hg_follow"]:  # set by a shared link, not by a widget
