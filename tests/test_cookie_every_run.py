@@ -5,14 +5,12 @@ token and saw its own runs view only (`components.session_runs.remember_browser`
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from components import session_runs
+from tests._pages import app_test, open_page
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
 
 @pytest.fixture()
@@ -27,7 +25,7 @@ def cookie_scripts(at: AppTest, token: str) -> list[str]:
 
 
 def test_every_run_asks_for_the_cookie_until_the_browser_sends_it(home):
-    at = AppTest.from_file(APP, default_timeout=120).switch_page("views/train.py")
+    at = open_page(app_test(default_timeout=120), "train")
     at.run()
     assert not at.exception, at.exception
     token = at.session_state[session_runs._TOKEN]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,10 +18,9 @@ from runs import control, ownership
 from runs.ownership import Caller
 from runs.store import RunStore
 from settings.run_config import RunConfig
+from tests._pages import app_test, open_page
 
 TOKEN = "r" * 43
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TRAIN = "views/train.py"
 
 
 @pytest.fixture()
@@ -50,7 +48,7 @@ def live_run(store: RunStore, config: RunConfig, speed: float | None = 5.0,
 
 def reopen() -> AppTest:
     """A new session of the same browser (its cookie sent) on the Train page."""
-    at = AppTest.from_file(APP, default_timeout=120).switch_page(TRAIN)
+    at = open_page(app_test(default_timeout=120), "train")
     at.session_state[session_runs._TOKEN] = TOKEN
     at.run()
     assert not at.exception, at.exception
