@@ -15,6 +15,7 @@ import streamlit as st
 
 from components import lesson_panel, run_controls, run_panels, session_runs, setup_state
 from components import live_area, train_setup
+from components.hyper_widgets import default_value
 from components.page_store import store
 from components.store_guard import guard_page
 from components.train_actions import run_specs, selected_run
@@ -112,7 +113,11 @@ def page() -> None:
                 "sidebar" + (", or open a run of the store below." if ids else "."))
     if not ids:
         return
+    # the select box's own default is the run it holds (None: nothing), never the store's
+    # first run, which a browser drawing it from a later script run would fall back to
+    current = default_value("run_select", None)
     st.selectbox("run", ids, key="run_select", format_func=lambda i: run_label(runs_table, i),
+                 index=ids.index(current) if current in ids else None,
                  placeholder="open a run of the store (view only unless it is yours)",
                  help="this session's newest run by default; runs of other sessions open view "
                       "only")
