@@ -277,7 +277,7 @@ def plugins_for_this_page() -> None:
     """Register the plugin optimizers if their check has answered; wait for it (a spinner)
     only when a link or this session names an optimizer that is not registered yet. Otherwise
     the page paints with the built-in optimizers and `background_note` reruns it when the
-    check is over (issue 13: the check imports TensorFlow in a child, 5-60 s)."""
+    check is over (the check imports TensorFlow in a child, 5-60 s)."""
     if plugin_loader.plugins_when_ready():
         return
     names = set(registry.names())
