@@ -131,9 +131,13 @@ def test_keras3_page_shows_parity_and_both_call_orders(tmp_path, monkeypatch):
     at = page_test("keras3", default_timeout=180).run()
     assert not at.exception, at.exception
     assert "largest difference over the weights and every slot: 0" in at.success[0].value
+    from teaching import migration
+
+    mapping = at.table[0].value  # wrapped whole, not cut at the column's width
+    assert mapping["what changed"].tolist() == migration.mapping_table()["what changed"].tolist()
     at.selectbox(key="k3_optimizer").select("rmsprop").run()
     at.radio(key="k3_dtype").set_value("float64").run()
     assert not at.exception, at.exception
     assert "tolerance 1e-12 in float64" in at.success[0].value
-    methods = at.dataframe[2].value["method"].tolist() + at.dataframe[3].value["method"].tolist()
+    methods = at.dataframe[1].value["method"].tolist() + at.dataframe[2].value["method"].tolist()
     assert "_prepare_local" in methods and "update_step" in methods

@@ -77,7 +77,10 @@ def test_selecting_runs_overlays_their_curves(page):
     page.multiselect(key="compare_ids").set_value([1, 2, 3]).run()
     assert not page.exception, page.exception
     captions = " ".join(c.value for c in page.caption)
-    assert "Legend names what differs: optimizer, hyperparameters.learning_rate, seed" in captions
+    assert ("Legend names what differs in the start configs: optimizer, "
+            "hyperparameters.learning_rate, seed") in captions
+    # each fake run halves its own learning rate at step 11
+    assert "changed differently while training: learning_rate" in captions
     figures = [json.loads(c.proto.spec) for c in page.get("plotly_chart")]
     titles = [f["layout"]["title"]["text"] for f in figures]
     assert titles[:3] == ["Loss (solid: train, dotted: validation)", "Validation metrics",
@@ -223,3 +226,25 @@ def test_an_ownerless_run_can_be_claimed_on_the_runs_page(store):
     assert store.run(3)["owner"] == Caller("n" * 43).owner
     assert list(store.events(3)["kind"]) == ["take_control"]
     assert not at.text_input(key="rename_3").disabled
+
+
+def test_runs_of_one_config_steered_differently_are_told_apart(tmp_path, monkeypatch):
+    """Same config, three live changes on one run: the comparison names what was changed
+    while training (not "nothing") and lists each run's live changes."""
+    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+    store = RunStore(tmp_path / "runs.sqlite")
+    for _ in range(2):
+        add_fake_run(store, "adam", 1e-3)
+    store.append(1, hyper_changes=[(100, "learning_rate", 0.001, 0.01, "user"),
+                                   (200, "beta_1", 0.9, 0.5, "user"),
+                                   (300, "learning_rate", 0.01, 0.003, "auto-tune")])
+    at = page_test("runs", default_timeout=60).run()
+    at.multiselect(key="compare_ids").set_value([1, 2]).run()
+    assert not at.exception, at.exception
+    captions = " ".join(c.value for c in at.caption)
+    assert "start configs: nothing (same config)" in captions
+    assert "changed differently while training: learning_rate, beta_1" in captions
+    live = next(df.value for df in at.dataframe if "source" in df.value.columns)
+    assert live["step"].tolist() == [11, 100, 200, 300, 11]  # run 1's, then run 2's
+    assert live["new"].tolist() == [0.0005, 0.01, 0.5, 0.003, 0.0005]
+    assert live["run"].str.startswith("#1").sum() == 4

@@ -197,8 +197,11 @@ def record_view(ins, record) -> None:
         st.markdown("**`apply_state` from `_prepare_local`** (one entry per (device, dtype))")
         for key, coeffs in record.apply_state.items():
             st.caption(key)
+            # six significant digits: lr_t at step 1 is 0.000316, which a default rounding
+            # shows as 0.0003
             st.dataframe(pd.DataFrame({"coefficient": list(coeffs), "value": list(coeffs.values())}),
-                         hide_index=True, width="stretch")
+                         hide_index=True, width="stretch",
+                         column_config={"value": st.column_config.NumberColumn(format="%.6g")})
     st.markdown("**Hyperparameters: `_hyper` vs `_get_hyper(name, tf.float32)` vs "
                 "`_serialize_hyperparameter(name)`**")
     st.dataframe(hyper_comparison(record.hypers_before, record.hypers_after), hide_index=True,

@@ -105,7 +105,8 @@ def page() -> None:
         "Since TensorFlow 2.16 `tf.keras` is Keras 3, which has no `_set_hyper`, "
         "`_create_slots`, `_prepare_local` or `_resource_apply_*`: custom OptimizerV2 "
         "subclasses stopped working. Here one pure rule runs behind both front ends.")
-    st.dataframe(migration.mapping_table(), hide_index=True, width="stretch")
+    # a static table wraps its cells: the "what changed" sentences are read whole
+    st.table(migration.mapping_table(), hide_index=True)
     left, right = st.columns(2)
     name = left.selectbox("optimizer", migration.rule_names(), key="k3_optimizer")
     dtype = right.radio("dtype", DTYPES, key="k3_dtype", horizontal=True)

@@ -89,8 +89,14 @@ def on_tune() -> None:
 
 
 def nudge(delta: int) -> None:
+    """Move the replay step by `delta`; a step forward from the last step starts again at 0
+    (the figure's own Play button replays the whole path in the browser)."""
     state = st.session_state
-    state["ls_step"] = int(min(max(state["ls_step"] + delta, 0), int(state["ls_steps"])))
+    steps = int(state["ls_steps"])
+    if delta > 0 and int(state["ls_step"]) >= steps:
+        state["ls_step"] = 0
+        return
+    state["ls_step"] = int(min(max(state["ls_step"] + delta, 0), steps))
 
 
 def sidebar(names: list[str]) -> dict[str, dict[str, float]]:

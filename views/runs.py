@@ -203,8 +203,13 @@ def comparison(table: pd.DataFrame) -> None:
     labels = rf.run_labels(chosen, [runs[i]["config"] for i in chosen],
                            [runs[i]["name"] for i in chosen])
     differ = rf.legend_fields([runs[i]["config"] for i in chosen])
-    st.caption("Legend names what differs: " + (", ".join(differ) if differ else
-                                                 "nothing (same config)"))
+    changes = {i: store().hyper_changes(i) for i in chosen}
+    steered = rf.trajectory_differences(changes)
+    st.caption("Legend names what differs in the start configs: "
+               + (", ".join(differ) if differ else "nothing (same config)")
+               + " · changed differently while training: "
+               + (", ".join(steered) if steered else "nothing")
+               + (" (see the Hyperparameters tab)" if steered else ""))
     key = "-".join(map(str, chosen))
     scalars = {i: store().scalars(i, max_points=DISPLAY_POINTS) for i in chosen}
     tabs = st.tabs(["Loss", "Validation", "Hyperparameters", "Slots", "Hyper-gradients"])
@@ -214,9 +219,14 @@ def comparison(table: pd.DataFrame) -> None:
     with tabs[1]:
         chart(rf.overlay_validation_figure(scalars, labels, uirevision=key), "runs_val")
     with tabs[2]:
-        changes = {i: store().hyper_changes(i) for i in chosen}
         steps = {i: runs[i]["step"] for i in chosen}
         chart(rf.overlay_hyper_figure(changes, steps, labels, uirevision=key), "runs_hypers")
+        live = rf.live_changes_table(changes, labels)
+        st.markdown("**Live changes** (made while the runs trained)")
+        if live.empty:
+            st.caption("none: every run kept its starting values")
+        else:
+            st.dataframe(live, hide_index=True, width="stretch", key="runs_live_changes")
     with tabs[3]:
         slots_section(chosen, labels, key)
     with tabs[4]:
