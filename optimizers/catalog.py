@@ -125,7 +125,10 @@ class OptionRange:
         raise ValueError(f"{option}={value!r} refused: must be {self.allowed}")
 
 
-MAX_ACCUMULATION_STEPS = 10_000  # GradientAccumulation's limit (the agreement test checks it)
+# GradientAccumulation's limit: a run has at most 1,000,000 steps (RunConfig.steps); beyond
+# 10,000 micro-batches per update it would make fewer than 100 updates, and the accumulator slot
+# would hold a huge sum.
+MAX_ACCUMULATION_STEPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -239,6 +242,40 @@ BUILTINS: dict[str, CatalogEntry] = {entry.name: entry for entry in (
 )}
 
 
+# Registry names of the wrappers (only built-ins wrap: a plugin wrapper is not registered).
+WRAPPER_NAMES = tuple(name for name, entry in BUILTINS.items() if entry.wrapper is not None)
+
+
+def check_inner(wrapper_name: str, shown: str, *, itself: bool, is_wrapper: bool,
+                accepted: bool) -> None:
+    """The one rule of which inner optimizer a wrapper accepts, from facts its two callers read
+    (`registry.validate_options` from the catalog, `wrapping.check_inner` from the classes).
+
+    Args:
+        wrapper_name: the wrapper's registry name.
+        shown: how the refusal names the inner optimizer (`'adam'`, or a class name).
+        itself: the inner optimizer is this wrapper.
+        is_wrapper: the inner optimizer wraps another one.
+        accepted: the inner optimizer is of the kind the wrapper calls (a pure rule for
+            "accumulation", any OptimizerV2 for "lookahead" and "moving_average").
+
+    Raises:
+        ValueError: "option inner=... refused: cannot wrap itself", or "... refused:
+            <wrapper> wraps a plain rule (not <the wrappers>)".
+    """
+    if itself:
+        raise ValueError(f"option inner={shown} refused: cannot wrap itself")
+    if is_wrapper or not accepted:
+        raise ValueError(f"option inner={shown} refused: {wrapper_name} wraps a plain rule "
+                         f"(not {', '.join(sorted(WRAPPER_NAMES))})")
+
+
+def registry_name(cls: type) -> str:
+    """The name class `cls` registers under unless told otherwise: its `REGISTRY_NAME` class
+    attribute, else its class name in lower case ("adam" for `Adam`: every built-in)."""
+    return str(getattr(cls, "REGISTRY_NAME", cls.__name__.lower()))
+
+
 def pure_rule_sources(class_path: str) -> dict[str, str]:
     """Qualified name -> source text of the class's `coefficients` and `update` and of the
     module-level functions of the same module they call, directly or through each other (e.g.
@@ -320,5 +357,5 @@ def option_names(name: str) -> tuple[str, ...]:
 
 
 __all__ = ["BUILTINS", "CatalogEntry", "KERAS_PACKAGE", "MAX_ACCUMULATION_STEPS", "OptionRange",
-           "PLUGIN_PREFIX", "WrapperRule",
+           "PLUGIN_PREFIX", "WRAPPER_NAMES", "WrapperRule", "check_inner", "registry_name",
            "option_names", "own_specs", "pure_rule_sources"]

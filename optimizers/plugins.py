@@ -161,6 +161,24 @@ def import_plugin(path: Path) -> tuple[object | None, str | None]:
     return result
 
 
+def load_class(path: Path, attribute: str) -> type:
+    """Class `attribute` of plugin file `path` (imported once per process): the loader this
+    module hands the registry (`registry.use_plugin_loader`) for the entries it registers.
+
+    Raises:
+        ImportError: the file no longer imports (the message ends with its last error line).
+        AttributeError: the file has no such class.
+    """
+    module, error = import_plugin(path)
+    if module is None:
+        raise ImportError(f"plugin {path} no longer imports: "
+                          f"{(error or '').strip().splitlines()[-1:]}")
+    return getattr(module, attribute)
+
+
+registry.use_plugin_loader(load_class)
+
+
 def optimizer_classes(module: object) -> list[type]:
     """OptimizerV2 subclasses defined in `module` itself (not imported into it)."""
     from optimizers.wrapping import LegacyOptimizer  # TensorFlow: the module is a plugin's

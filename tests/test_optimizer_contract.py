@@ -38,7 +38,7 @@ def test_from_config_round_trips(name, options, hypers):
     config = opt.get_config()
     for key, value in {**hypers, **options}.items():
         assert config[key] == value
-    clone = type(opt).from_config(dict(config))
+    clone = registry.from_config(name, dict(config))
     assert type(clone) is type(opt)
     assert clone.get_config() == config
 
@@ -50,7 +50,7 @@ def test_keras_serialize_deserialize_round_trips(name, options, hypers):
     assert serialized["registered_name"] == f"OptimizerLab>{type(opt).__name__}"
     by_name = {"class_name": serialized["registered_name"], "config": serialized["config"]}
     for payload in (serialized, by_name):
-        clone = tf_keras.optimizers.deserialize(payload)
+        clone = tf_keras.optimizers.deserialize(payload, custom_objects=registry.custom_objects())
         assert type(clone) is type(opt)
         assert clone.get_config() == opt.get_config()
 
