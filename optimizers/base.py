@@ -54,7 +54,8 @@ import tensorflow as tf
 import tf_keras
 from tensorflow.python.framework import kernels as _kernel_registry
 
-from optimizers.hyperparams import HyperSpec, InvalidHyperparameter, check_decay, find_spec
+from optimizers.hyperparams import (HyperSpec, InvalidHyperparameter, check_decay, fill_docstring,
+                                    find_spec)
 from optimizers.rules import as_step, derivative_free
 from optimizers.schedules import schedule_from_config
 
@@ -225,6 +226,12 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
     HYPERPARAMETERS: ClassVar[tuple[HyperSpec, ...]] = ()
     OPTIONS: ClassVar[tuple[str, ...]] = ()
     _HAS_AGGREGATE_GRAD = True
+
+    def __init_subclass__(cls, **kwargs: Any):
+        # `{{allowed_values}}` and `{{hyperparameter_args}}` in a subclass's docstring: the text
+        # every optimizer shares and the ranges its `HYPERPARAMETERS` hold, written once
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = fill_docstring(cls.__doc__, cls.HYPERPARAMETERS)
 
     def __init__(self, name: str, fused: bool = True, **kwargs: Any):
         # `decay` (legacy time-based decay) and `clipnorm`/`clipvalue`/`global_clipnorm`/`lr`

@@ -266,3 +266,16 @@ def test_forward_tangents_stay_finite_with_zero_gradient(name, options, hypers):
 
 def test_variant_table_is_shared():
     assert len(VARIANTS) == len(VARIANT_PARAMS) >= 18
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd", "adamw", "rmsprop", "adagrad", "diffgrad"])
+def test_docstrings_give_the_ranges_their_specs_hold(name):
+    """The shared paragraph and every hyperparameter's ranges are substituted from `HyperSpec`
+    (`hyperparams.fill_docstring`), never copied by hand."""
+    from optimizers.hyperparams import ALLOWED_VALUES
+
+    doc = " ".join(registry.get(name).__doc__.split())
+    assert "{{" not in doc
+    assert ALLOWED_VALUES in doc
+    for spec in registry.specs(name):
+        assert spec.doc_line() in doc, spec.name
