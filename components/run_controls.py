@@ -18,7 +18,7 @@ import pandas as pd
 import streamlit as st
 
 from components import figures, live_chart, session_runs
-from optimizers import schedule_curves, schedule_specs
+from schedules import preview as schedule_curves, table as schedule_specs
 from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, RunStore
 from settings import fields
 

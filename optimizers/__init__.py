@@ -5,7 +5,7 @@ May import: nothing of the lab (only TensorFlow, tf_keras, NumPy).
 
 TensorFlow-free at import (pages and the CLI use only these): `catalog` (every optimizer's
 specs, options and kind as data), `hyperparams`, `registry` (it imports a class only in
-`get` / `create`), `plugins`, `plugin_process` and `contract` (TensorFlow loads when a check
+`get` / `create`), `plugin_discovery`, `plugin_process` and `contract` (TensorFlow loads when a check
 runs). The rule and class modules (`adam`, `base`, `wrapping`, ...) import TensorFlow.
 """
 

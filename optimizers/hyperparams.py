@@ -36,7 +36,7 @@ def _tf_types() -> tuple[type, tuple[type, ...]]:
     return tf_keras.optimizers.schedules.LearningRateSchedule, (tf.Tensor, tf.Variable)
 
 
-def __getattr__(name: str):  # `hyperparams.LearningRateSchedule`, as before, but lazily
+def __getattr__(name: str):  # `hyperparams.LearningRateSchedule`, read lazily (TensorFlow)
     if name == "LearningRateSchedule":
         return _tf_types()[0]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

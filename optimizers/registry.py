@@ -26,7 +26,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from pathlib import Path
-from typing import Any, Callable, Iterator, MutableMapping
+from typing import Any, Callable, Iterator, Mapping
 
 from optimizers.catalog import (BUILTINS, PLUGIN_PREFIX, WRAPPER_NAMES, CatalogEntry,
                                 WrapperRule, check_inner)
@@ -52,30 +52,15 @@ _PLUGIN_LOADER: list[Callable[[Path, str], type]] = []
 DEFAULT_OPTIMIZER = "adam"
 
 
-class _Classes(MutableMapping):
-    """`OPTIMIZERS`: name -> class. Membership, iteration and `len` read the catalog (no
-    TensorFlow); reading a value imports that class. Writing is for saving and restoring the
-    registry around a test (`dict(OPTIMIZERS)` ... `clear()`, `update(saved)`; prefer
-    `snapshot` / `restore`, which import nothing); code adds optimizers with `register`."""
+class _Classes(Mapping):
+    """`OPTIMIZERS`: name -> class, read-only. Membership, iteration and `len` read the catalog
+    (no TensorFlow); reading a value imports that class. Code adds optimizers with `register` /
+    `register_entry`; tests save and restore the registry with `snapshot` / `restore`."""
 
     def __getitem__(self, name: str) -> type:
         if name not in _ENTRIES:
             raise KeyError(name)
         return get(name)
-
-    def __setitem__(self, name: str, cls: type) -> None:
-        builtin = BUILTINS.get(name)
-        if builtin is not None and builtin.class_path == f"{cls.__module__}:{cls.__name__}":
-            _ENTRIES[name] = builtin
-            _CLASSES[name] = cls
-            return
-        _ENTRIES.pop(name, None)
-        register(name, cls)
-
-    def __delitem__(self, name: str) -> None:
-        del _ENTRIES[name]
-        _CLASSES.pop(name, None)
-        _INTROSPECTED.discard(name)
 
     def __contains__(self, name: object) -> bool:
         return name in _ENTRIES
@@ -90,7 +75,7 @@ class _Classes(MutableMapping):
         return f"OPTIMIZERS({', '.join(_ENTRIES)})"
 
 
-OPTIMIZERS: MutableMapping[str, type] = _Classes()
+OPTIMIZERS: Mapping[str, type] = _Classes()
 
 
 # ----- answered from the catalog (no TensorFlow) -----------------------------------------------

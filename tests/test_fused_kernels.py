@@ -31,7 +31,8 @@ from engine.train_step import Engine
 from optimizers.adagrad import Adagrad
 from optimizers.adam import Adam
 from optimizers.adamw import AdamW
-from optimizers.base import kernel_runs, trace_signature
+from optimizers.base import trace_signature
+from optimizers.fused_kernels import kernel_runs
 from optimizers.rmsprop import RMSprop
 from optimizers.sgd import SGD
 from runs import commands

@@ -17,16 +17,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BELOW = {  # package -> the lab packages it may import (besides itself and lab_env)
     "optimizers": set(),
-    "settings": {"optimizers"},
-    "engine": {"settings", "optimizers"},
-    "hypergrad": {"engine", "settings", "optimizers"},
+    "schedules": {"optimizers"},
+    "settings": {"schedules", "optimizers"},
+    "engine": {"settings", "schedules", "optimizers"},
+    "hypergrad": {"engine", "settings", "schedules", "optimizers"},
     "teaching": {"optimizers"},
-    "runs": {"hypergrad", "engine", "settings", "optimizers"},
-    "optimizer_lab": {"runs", "settings", "optimizers"},
-    "components": {"runs", "hypergrad", "teaching", "engine", "settings", "optimizers"},
-    "views": {"components", "runs", "hypergrad", "teaching", "engine", "settings", "optimizers"},
+    "runs": {"hypergrad", "engine", "settings", "schedules", "optimizers"},
+    "optimizer_lab": {"runs", "settings", "schedules", "optimizers"},
+    "components": {"runs", "hypergrad", "teaching", "engine", "settings", "schedules",
+                   "optimizers"},
+    "views": {"components", "runs", "hypergrad", "teaching", "engine", "settings", "schedules",
+              "optimizers"},
 }
-NO_STREAMLIT = ("optimizers", "settings", "engine", "hypergrad", "teaching", "runs",
+NO_STREAMLIT = ("optimizers", "schedules", "settings", "engine", "hypergrad", "teaching", "runs",
                 "optimizer_lab")
 
 
@@ -184,15 +187,22 @@ def imported_packages(path: Path) -> set[str]:
 @pytest.mark.parametrize("package", list(BELOW))
 def test_imports_only_point_down(package):
     lab = set(BELOW)
-    for path in sorted((ROOT / package).glob("*.py")):
+    for path in sorted((ROOT / package).rglob("*.py")):
         wrong = (imported_packages(path) & lab) - BELOW[package] - {package}
         assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)} (above it)"
 
 
 @pytest.mark.parametrize("package", NO_STREAMLIT)
 def test_packages_below_the_pages_never_import_streamlit(package):
-    for path in sorted((ROOT / package).glob("*.py")):
+    for path in sorted((ROOT / package).rglob("*.py")):
         assert "streamlit" not in imported_packages(path), path.relative_to(ROOT)
+
+
+@pytest.mark.parametrize("module", ["table", "preview"])
+def test_the_schedule_table_and_preview_need_neither_the_lab_nor_tensorflow(module):
+    """The server and settings/ read them without TensorFlow."""
+    imported = imported_modules(ROOT / "schedules" / f"{module}.py")
+    assert not {m.split(".")[0] for m in imported} & (set(BELOW) | {"tensorflow", "tf_keras"})
 
 
 def test_the_allowed_graph_has_no_circle():
