@@ -54,7 +54,7 @@ import tf_keras
 
 from optimizers.hyperparams import (HyperSpec, InvalidHyperparameter, check_decay, fill_docstring,
                                     find_spec)
-from optimizers.fused_kernels import dense_kernel
+from optimizers.fused_kernels import defining_class, dense_kernel
 from optimizers.rules import as_step, derivative_free
 from optimizers.keras_schedules import schedule_from_config
 
@@ -265,6 +265,16 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         """The new variable and slots (pure, differentiable; same shapes and dtype as `var`)."""
         raise NotImplementedError
 
+    def _decrement(self, grad: tf.Tensor, slots: Mapping[str, tf.Tensor],
+                   coeffs: Mapping[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]] | None:
+        # `update_decrement` only where it was written with this class's `update` (defined by
+        # the same class or below it): a subclass that overrides `update` alone must not have
+        # its rule replaced by its parent's decrement.
+        if not issubclass(defining_class(type(self), "update_decrement"),
+                          defining_class(type(self), "update")):
+            return None
+        return self.update_decrement(grad, slots, coeffs)
+
     def update_decrement(
         self, grad: tf.Tensor, slots: Mapping[str, tf.Tensor], coeffs: Mapping[str, tf.Tensor]
     ) -> tuple[tf.Tensor, dict[str, tf.Tensor]] | None:
@@ -347,7 +357,7 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
             return self.fused_apply(kernel, grad, var, slot_vars, coeffs)
         slots = SlotReads(slot_vars)
         with derivative_free():
-            decrement = self.update_decrement(grad, slots, coeffs)
+            decrement = self._decrement(grad, slots, coeffs)
             if decrement is None:
                 new_var, new_slots = self.update(grad, var.value(), slots, coeffs)
                 assigns = [var.assign(new_var, read_value=False)]
@@ -379,7 +389,7 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         slot_vars = {n: self.get_slot(var, n) for n in self.slot_names_for_rule()}
         slot_rows = {n: tf.gather(s, indices) for n, s in slot_vars.items()}
         with derivative_free():
-            decrement = self.update_decrement(grad, slot_rows, coeffs)
+            decrement = self._decrement(grad, slot_rows, coeffs)
             if decrement is None:
                 new_rows, new_slot_rows = self.update(
                     grad, tf.gather(var, indices), slot_rows, coeffs)

@@ -70,11 +70,34 @@ def kernel_runs(op_name: str, dtype: tf.DType, device: str) -> bool:
     return bool(wanted) and all(dtype.name in registered.get(d, ()) for d in wanted)
 
 
+RULE_METHODS = ("coefficients", "update", "update_decrement")
+
+
+def defining_class(cls: type, name: str) -> type:
+    """The class of `cls`'s MRO whose own body defines attribute `name`."""
+    return next(c for c in cls.__mro__ if name in vars(c))
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_computes_the_rule(cls: type) -> bool:
+    """True when the kernel `cls.fused_kernel` names computes `cls`'s own rule: `fused_kernel`
+    is defined by the class that defines each of `RULE_METHODS`, or by a subclass of it.
+
+    A student's subclass of a built-in (e.g. `class SignSGD(SGD)` with its own `update`)
+    inherits SGD's `fused_kernel`, which names Keras's momentum kernel: that kernel computes
+    SGD's rule, not the subclass's, so it must not run. A subclass that also defines
+    `fused_kernel` vouches for its kernel itself.
+    """
+    kernel_owner = defining_class(cls, "fused_kernel")
+    return all(issubclass(kernel_owner, defining_class(cls, m)) for m in RULE_METHODS)
+
+
 def dense_kernel(optimizer: Any, var: tf.Variable) -> str | None:
     """The `tf.raw_ops` kernel `optimizer` (a `RuleOptimizer`) runs for the dense update of
-    `var`, or None when its pure rule runs: `fused` is off, `fused_kernel(var)` names none for
+    `var`, or None when its pure rule runs: `fused` is off, the class's rule is not the one its
+    inherited kernel computes (`kernel_computes_the_rule`), `fused_kernel(var)` names none for
     the current configuration, or the kernel does not exist for `var`'s dtype and device."""
-    if not optimizer.fused:
+    if not optimizer.fused or not kernel_computes_the_rule(type(optimizer)):
         return None
     kernel = optimizer.fused_kernel(var)
     if kernel is None or not kernel_runs(kernel, var.dtype.base_dtype, var.device):
@@ -82,5 +105,5 @@ def dense_kernel(optimizer: Any, var: tf.Variable) -> str | None:
     return kernel
 
 
-__all__ = ["XLA_KERNELS", "XLA_KERNEL_DTYPES", "dense_kernel", "in_xla_context", "kernel_dtypes",
-           "kernel_runs"]
+__all__ = ["RULE_METHODS", "XLA_KERNELS", "XLA_KERNEL_DTYPES", "defining_class", "dense_kernel",
+           "in_xla_context", "kernel_computes_the_rule", "kernel_dtypes", "kernel_runs"]
