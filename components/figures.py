@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from optimizers.schedule_specs import EFFECTIVE_LR
+from schedules.table import EFFECTIVE_LR
 
 # Rows per series read for a chart: a 200,000-step run recorded without decimation would
 # otherwise ship 200k points per series to the browser on every refresh (bench/bench_long_run.py

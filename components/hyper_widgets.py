@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterable, Mapping
 import streamlit as st
 
 from optimizers.hyperparams import HyperSpec, InvalidHyperparameter
-from optimizers.schedule_specs import (KERAS_DOC, SCHEDULE_SPECS, ScheduleError, ScheduleParam,
+from schedules.table import (KERAS_DOC, SCHEDULE_SPECS, ScheduleError, ScheduleParam,
                                        param_text, params, validate_schedule)
 from settings import fields
 

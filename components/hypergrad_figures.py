@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from components.figures import _finish, plain, point_mode
-from optimizers import schedule_specs as schedule_table
+from schedules import table as schedule_table
 from optimizers.hyperparams import HyperSpec
 
 EXACT_COLOR = "#1f77b4"

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import streamlit as st
 
-from optimizers import catalog, registry
+from optimizers import registry, rule_source
 from teaching import rule_math
 
 
 @st.cache_data(show_spinner=False)
 def _sources(name: str) -> dict[str, str]:
     # read from the source file: importing the class would import TensorFlow into the server
-    return catalog.pure_rule_sources(registry.entry(name).class_path)
+    return rule_source.pure_rule_sources(registry.entry(name).class_path)
 
 
 def show(name: str, key: str, sources: bool = True) -> None:

@@ -19,7 +19,7 @@ import streamlit as st
 
 from components import figures, live_chart, session_runs
 from components.hyper_widgets import default_value
-from optimizers import schedule_curves, schedule_specs
+from schedules import preview as schedule_curves, table as schedule_specs
 from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, RunStore
 from settings import fields
 

@@ -16,7 +16,7 @@ from components import figures
 from components.charts import chart
 from components import inspect_figures
 from components import rule_view
-from optimizers import schedule_curves, schedule_specs
+from schedules import preview as schedule_curves, table as schedule_specs
 from runs.store import RunStore
 from components.figures import DISPLAY_POINTS, HEATMAP_STEPS
 

@@ -17,7 +17,8 @@ import streamlit as st
 
 from components import run_controls, session_runs
 from components.page_store import store
-from optimizers import registry, schedule_specs
+from optimizers import registry
+from schedules import table as schedule_specs
 from optimizers.hyperparams import InvalidHyperparameter
 from runs.store import ACTIVE_STATUSES
 from settings import fields

@@ -19,7 +19,8 @@ from components.hyper_widgets import (default_index, default_value, hyper_widget
                                       schedule_widgets, slider_bounds)
 from components.train_actions import (SETUP_OF_RUN, live_config, on_hyper_change,
                                       on_schedule_change, on_start, setup_config)
-from optimizers import registry, schedule_curves
+from optimizers import registry
+from schedules import preview as schedule_curves
 from optimizers.hyperparams import InvalidHyperparameter
 from settings import fields, share_link
 from settings.run_config import COMPATIBLE_MODELS, RunConfig

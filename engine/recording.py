@@ -46,10 +46,10 @@ import numpy as np
 import tensorflow as tf
 
 from engine.models import variable_label
-from optimizers.base import in_xla_context
+from optimizers.fused_kernels import in_xla_context
 from engine.record_rows import HistogramRow, HyperChangeRow, SlotStatRow
 
-from optimizers.schedule_specs import EFFECTIVE_LR  # noqa: F401  (the series name, TF-free)
+from schedules.table import EFFECTIVE_LR  # noqa: F401  (the series name, TF-free)
 
 BINS = 32
 HISTOGRAM_FACTOR = 20

@@ -38,7 +38,7 @@ import tf_keras
 from optimizers import registry
 from optimizers.base import shortest_float
 from optimizers.hyperparams import check_decay
-from optimizers.schedules import LiveSchedule
+from schedules.live import LiveSchedule
 from engine import recording
 from settings.run_config import RunConfig
 from engine.data import load_dataset

@@ -54,7 +54,7 @@ def _problem(optimizer: str, hypers: Mapping[str, float], options: Mapping[str, 
 
     from optimizers import registry
     from optimizers.hyperparams import check_decay
-    from optimizers.schedules import schedule_from_config
+    from optimizers.keras_schedules import schedule_from_config
 
     tf_keras.backend.set_floatx(dtype)
     try:
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="JSON serialized schedule {class_name, config} or null")
     parser.add_argument("--decay", type=float, default=0.0, help="legacy decay, >= 0")
     args = parser.parse_args(argv)
-    from optimizers import plugins
+    from optimizers import plugin_discovery as plugins
 
     plugins.ensure_registered(args.optimizer)
     try:

@@ -28,11 +28,11 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-from optimizers import schedule_math
+from schedules import differentiable as schedule_math
 from optimizers.base import RuleOptimizer
 from optimizers.hyperparams import HyperSpec
-from optimizers.schedule_specs import params as schedule_params
-from optimizers.schedules import ALLOWED_SCHEDULES
+from schedules.table import params as schedule_params
+from optimizers.keras_schedules import ALLOWED_SCHEDULES
 
 SCHEDULE_PREFIX = "lr_schedule."
 def is_schedule_parameter(name: str) -> bool:

@@ -277,7 +277,7 @@ def load_plugins_for(argv: Sequence[str]) -> list[str]:
     """
     import os
 
-    from optimizers import plugins, registry
+    from optimizers import plugin_discovery as plugins, registry
 
     name = requested_optimizer(argv)
     if name is None or name in registry.OPTIMIZERS:

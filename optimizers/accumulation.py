@@ -9,15 +9,13 @@ import tf_keras
 
 from optimizers.adam import Adam
 from optimizers.base import RuleOptimizer
-from optimizers.wrapping import Wrapper, resolver
+from optimizers.wrapping import Wrapper
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
+from optimizers.catalog import MAX_ACCUMULATION_STEPS
 
 # `get_config` keys of OptimizerV2 itself; every other key but the options is an inner hyperparameter.
 _BASE_CONFIG_KEYS = ("name", "clipnorm", "clipvalue", "global_clipnorm", "decay")
 
-# A run has at most 1,000,000 steps (RunConfig.steps): beyond 10,000 micro-batches per update
-# it would make fewer than 100 updates, and the accumulator slot would hold a huge sum.
-MAX_ACCUMULATION_STEPS = 10_000
 
 
 class AccumulationSlots(NamedTuple):
@@ -61,7 +59,8 @@ class GradientAccumulation(Wrapper, RuleOptimizer):
 
     In the registry as "accumulation" with options `inner` (a registry name, default "adam")
     and `accumulation_steps`; `get_config` writes `inner` as that registry name and the inner
-    hyperparameters flat, and `from_config` builds the inner rule through the registry.
+    hyperparameters flat, and `from_config` builds the inner rule from the class it is passed
+    (`registry.from_config` resolves the name).
 
     Slots: the inner rule's slots (same names and initializers) then `AccumulationSlots`.
 
@@ -152,19 +151,25 @@ class GradientAccumulation(Wrapper, RuleOptimizer):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        """Rebuild from `get_config`: the inner rule through the registry (allow-listed names).
+        """Rebuild from `get_config`: the inner rule's class comes from `custom_objects`, keyed
+        by the registry name in `inner` (`registry.from_config` passes it); the remaining keys
+        are its options and hyperparameters, checked against its specs' UI ranges as
+        `registry.create` checks them.
 
         Raises:
-            KeyError: `inner` is not a registered name, or a key is not an inner hyperparameter.
-            ValueError, InvalidHyperparameter: as the constructor / `registry.create`.
+            KeyError: `inner` names no class of `custom_objects`, or a key is not an inner
+                hyperparameter (the message lists them).
+            ValueError, InvalidHyperparameter: as the constructor / `HyperSpec.validate`.
         """
-        del custom_objects  # nothing in this config is deserialized by class name
         config = dict(config)
         base = {k: config.pop(k) for k in _BASE_CONFIG_KEYS if k in config}
         steps = config.pop("accumulation_steps", 2)
-        inner_name = config.pop("inner", "adam")
-        inner_cls = resolver().get(inner_name) if isinstance(inner_name, str) else None
-        inner_options = {k: config.pop(k) for k in getattr(inner_cls, "OPTIONS", ())
-                         if k in config}
-        inner = cls.inner_from_name(inner_name, config, inner_options)
+        inner_cls = cls.inner_class(config.pop("inner", "adam"), custom_objects)
+        inner_options = {k: config.pop(k) for k in inner_cls.OPTIONS if k in config}
+        specs = {spec.name: spec for spec in inner_cls.HYPERPARAMETERS}
+        for key in config:
+            if key not in specs:
+                raise KeyError(f"hyperparameter {key!r} refused: {inner_cls.__name__} has "
+                               f"{', '.join(specs)}")
+        inner = inner_cls(**inner_options, **{k: specs[k].validate(v) for k, v in config.items()})
         return cls(inner=inner, accumulation_steps=steps, **base)

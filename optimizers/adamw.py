@@ -64,12 +64,10 @@ class AdamW(Adam):
 
     Slots: Adam's `AdamSlots` (`m`, `v`, and `vhat` when `amsgrad`), inherited.
 
+    {{allowed_values}}
+
     Args:
-        learning_rate: float in (0, 10], default 1e-3.
-        beta_1: float in [0, 1), default 0.9.
-        beta_2: float in [0, 1), default 0.999.
-        epsilon: float in (0, 1], default 1e-7.
-        weight_decay: float in [0, 1], default 0.004 (Keras 3 default).
+        {{hyperparameter_args}}
         amsgrad: bool, default False.
 
     Raises:

@@ -24,7 +24,8 @@ How the base class `tf_keras.optimizers.legacy.Optimizer` drives a subclass, in 
   itself runs as a single in-place kernel (`tf.raw_ops.ResourceApplyAdam`,
   `ResourceApplyKerasMomentum`, `ResourceApplyRMSProp`, `ResourceApplyAdagradV2`, ...), the dense
   update calls that kernel with the same hyperparameter tensors (`fused_kernel` names it,
-  `fused_apply` calls it), so a drop-in replacement costs what the Keras built-in costs. The
+  `fused_apply` calls it; `optimizers.fused_kernels` decides whether it runs), so a drop-in
+  replacement costs what the Keras built-in costs. The
   kernel computes the same update as the rule up to float rounding (e.g. `m + (g - m)(1 - b1)`
   for `b1 m + (1 - b1) g`); `tests/test_fused_kernels.py` holds them together. The pure rule
   stays the reference: the hyper-gradient engine differentiates `coefficients`/`update`
@@ -47,16 +48,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping, NamedTuple
 
-import functools
-
 import numpy as np
 import tensorflow as tf
 import tf_keras
-from tensorflow.python.framework import kernels as _kernel_registry
 
-from optimizers.hyperparams import HyperSpec, InvalidHyperparameter, check_decay, find_spec
+from optimizers.hyperparams import (HyperSpec, InvalidHyperparameter, check_decay, fill_docstring,
+                                    find_spec)
+from optimizers.fused_kernels import defining_class, dense_kernel
 from optimizers.rules import as_step, derivative_free
-from optimizers.schedules import schedule_from_config
+from optimizers.keras_schedules import schedule_from_config
 
 LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
 
@@ -74,57 +74,6 @@ def shortest_float(value: Any) -> Any:
     if isinstance(value, (complex, np.complexfloating)):
         return complex(value)
     return float(value)
-
-
-# Training kernels that XLA can compile (TensorFlow's tf2xla training ops), for real float dtypes;
-# under `jit_compile=True` any other kernel (e.g. `ResourceApplyAdamWithAmsgrad`) would fail to
-# compile, so the rule runs instead.
-XLA_KERNELS = frozenset({"ResourceApplyAdam", "ResourceApplyKerasMomentum",
-                         "ResourceApplyGradientDescent",
-                         "ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp",
-                         "ResourceApplyAdagradV2"})
-XLA_KERNEL_DTYPES = frozenset({tf.float16, tf.bfloat16, tf.float32, tf.float64})
-
-
-@functools.lru_cache(maxsize=None)
-def kernel_dtypes(op_name: str) -> dict[str, frozenset[str]]:
-    """{device type ("CPU", "GPU"): dtype names} for which TensorFlow registers kernel `op_name`
-    (read from TensorFlow's kernel registry; empty when the op is unknown)."""
-    out: dict[str, set[str]] = {}
-    try:
-        registered = _kernel_registry.get_registered_kernels_for_op(op_name).kernel
-    except Exception:  # noqa: BLE001 - an unknown op name: no kernel
-        return {}
-    for kernel in registered:
-        types = [c.allowed_values.list.type for c in kernel.constraint if c.name == "T"]
-        out.setdefault(kernel.device_type, set()).update(
-            tf.as_dtype(t).name for t in (types[0] if types else ()))
-    return {device: frozenset(names) for device, names in out.items()}
-
-
-def in_xla_context() -> bool:
-    """True while tracing a function compiled with XLA (`tf.function(jit_compile=True)`)."""
-    try:
-        from tensorflow.python.framework import ops
-        from tensorflow.python.ops import control_flow_util
-        return bool(control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph()))
-    except Exception:  # noqa: BLE001 - a private API that moved: assume no XLA (the safe side)
-        return False
-
-
-def kernel_runs(op_name: str, dtype: tf.DType, device: str) -> bool:
-    """Whether kernel `op_name` can update a variable of `dtype` placed on `device` here.
-
-    Under XLA: `op_name` in `XLA_KERNELS` and a real float dtype. Otherwise the kernel registry
-    must list `dtype` for the device's type; a variable without a known device (`""`) needs the
-    dtype on every device type the op is registered for.
-    """
-    if in_xla_context():
-        return op_name in XLA_KERNELS and dtype in XLA_KERNEL_DTYPES
-    registered = kernel_dtypes(op_name)
-    device_type = tf.DeviceSpec.from_string(device or "").device_type
-    wanted = [device_type.upper()] if device_type else list(registered)
-    return bool(wanted) and all(dtype.name in registered.get(d, ()) for d in wanted)
 
 
 def trace_signature(optimizer: Any) -> tuple:
@@ -191,8 +140,8 @@ class DeclaredSlots:
         return "zeros"
 
     def _create_slots(self, var_list):
-        # Slot by slot, then variable by variable: the creation order of the hand-written
-        # loops this replaces (it fixes the order of `optimizer.weights`).
+        # Slot by slot, then variable by variable, as Keras's own optimizers create them: the
+        # order fixes `optimizer.weights` (and so a checkpoint's layout).
         for name in self.declared_slot_names():
             for var in var_list:
                 self.add_slot(var, name, initializer=self.slot_initializer(name, var))
@@ -225,6 +174,12 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
     HYPERPARAMETERS: ClassVar[tuple[HyperSpec, ...]] = ()
     OPTIONS: ClassVar[tuple[str, ...]] = ()
     _HAS_AGGREGATE_GRAD = True
+
+    def __init_subclass__(cls, **kwargs: Any):
+        # `{{allowed_values}}` and `{{hyperparameter_args}}` in a subclass's docstring: the text
+        # every optimizer shares and the ranges its `HYPERPARAMETERS` hold, written once
+        super().__init_subclass__(**kwargs)
+        cls.__doc__ = fill_docstring(cls.__doc__, cls.HYPERPARAMETERS)
 
     def __init__(self, name: str, fused: bool = True, **kwargs: Any):
         # `decay` (legacy time-based decay) and `clipnorm`/`clipvalue`/`global_clipnorm`/`lr`
@@ -310,6 +265,16 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         """The new variable and slots (pure, differentiable; same shapes and dtype as `var`)."""
         raise NotImplementedError
 
+    def _decrement(self, grad: tf.Tensor, slots: Mapping[str, tf.Tensor],
+                   coeffs: Mapping[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]] | None:
+        # `update_decrement` only where it was written with this class's `update` (defined by
+        # the same class or below it): a subclass that overrides `update` alone must not have
+        # its rule replaced by its parent's decrement.
+        if not issubclass(defining_class(type(self), "update_decrement"),
+                          defining_class(type(self), "update")):
+            return None
+        return self.update_decrement(grad, slots, coeffs)
+
     def update_decrement(
         self, grad: tf.Tensor, slots: Mapping[str, tf.Tensor], coeffs: Mapping[str, tf.Tensor]
     ) -> tuple[tf.Tensor, dict[str, tf.Tensor]] | None:
@@ -328,7 +293,7 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
     def fused_kernel(self, var: tf.Variable) -> str | None:
         """Name of the `tf.raw_ops` kernel that performs this optimizer's dense update of `var`
         in its current configuration, or None (the rule runs). Availability for the dtype and
-        device is checked by the caller (`kernel_runs`)."""
+        device is checked by the caller (`fused_kernels.dense_kernel`)."""
         del var
         return None
 
@@ -351,14 +316,6 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         constructor's options: a traced step computes with the value it had when traced, so a
         change of it needs a retrace (`engine.train_step.Engine.retrace`). Empty here."""
         return ()
-
-    def _dense_kernel(self, var: tf.Variable) -> str | None:
-        if not self.fused:
-            return None
-        kernel = self.fused_kernel(var)
-        if kernel is None or not kernel_runs(kernel, var.dtype.base_dtype, var.device):
-            return None
-        return kernel
 
     # ----- OptimizerV2 adapter ------------------------------------------------------------
     def _prepare_local(self, var_device, var_dtype, apply_state):
@@ -395,12 +352,12 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         """
         coeffs = self._coefficients_for(var, apply_state)
         slot_vars = {n: self.get_slot(var, n) for n in self.slot_names_for_rule()}
-        kernel = self._dense_kernel(var)
+        kernel = dense_kernel(self, var)
         if kernel is not None:  # decided before the call: an eager kernel call returns None
             return self.fused_apply(kernel, grad, var, slot_vars, coeffs)
         slots = SlotReads(slot_vars)
         with derivative_free():
-            decrement = self.update_decrement(grad, slots, coeffs)
+            decrement = self._decrement(grad, slots, coeffs)
             if decrement is None:
                 new_var, new_slots = self.update(grad, var.value(), slots, coeffs)
                 assigns = [var.assign(new_var, read_value=False)]
@@ -432,7 +389,7 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
         slot_vars = {n: self.get_slot(var, n) for n in self.slot_names_for_rule()}
         slot_rows = {n: tf.gather(s, indices) for n, s in slot_vars.items()}
         with derivative_free():
-            decrement = self.update_decrement(grad, slot_rows, coeffs)
+            decrement = self._decrement(grad, slot_rows, coeffs)
             if decrement is None:
                 new_rows, new_slot_rows = self.update(
                     grad, tf.gather(var, indices), slot_rows, coeffs)
@@ -466,7 +423,7 @@ class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
     def from_config(cls, config, custom_objects=None):
         """Rebuild from `get_config` (or a Keras config of the same optimizer) without executing
         anything from it: a hyperparameter given as a dict must be an allow-listed schedule
-        (`optimizers.schedules.schedule_from_config`); `lr` is renamed `learning_rate`.
+        (`optimizers.keras_schedules.schedule_from_config`); `lr` is renamed `learning_rate`.
 
         Raises:
             InvalidHyperparameter: a schedule dict that is not allow-listed or invalid, a

@@ -21,9 +21,7 @@ This module imports nothing but `optimizers.hyperparams` (TensorFlow-free).
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import importlib.util
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -169,7 +167,10 @@ class OptionRange:
         raise ValueError(f"{option}={value!r} refused: must be {self.allowed}")
 
 
-MAX_ACCUMULATION_STEPS = 10_000  # GradientAccumulation's limit (the agreement test checks it)
+# GradientAccumulation's limit: a run has at most 1,000,000 steps (RunConfig.steps); beyond
+# 10,000 micro-batches per update it would make fewer than 100 updates, and the accumulator slot
+# would hold a huge sum.
+MAX_ACCUMULATION_STEPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -290,74 +291,38 @@ BUILTINS: dict[str, CatalogEntry] = {entry.name: entry for entry in (
 )}
 
 
-def pure_rule_sources(class_path: str) -> dict[str, str]:
-    """Qualified name -> source text of the class's `coefficients` and `update` and of the
-    module-level functions of the same module they call, directly or through each other (e.g.
-    `adam_update` -> `adam_decrement`), read from the
-    source file with `ast`: the module is NOT imported (no TensorFlow). The same texts as
-    `teaching.rule_math.pure_rule_sources(cls)` for a class that defines both methods itself
-    (every built-in and the example plugin); an inherited method is not followed.
+# Registry names of the wrappers (only built-ins wrap: a plugin wrapper is not registered).
+WRAPPER_NAMES = tuple(name for name, entry in BUILTINS.items() if entry.wrapper is not None)
+
+
+def check_inner(wrapper_name: str, shown: str, *, itself: bool, is_wrapper: bool,
+                accepted: bool) -> None:
+    """The one rule of which inner optimizer a wrapper accepts, from facts its two callers read
+    (`registry.validate_options` from the catalog, `wrapping.check_inner` from the classes).
 
     Args:
-        class_path: a `CatalogEntry.class_path` ("module:Class" or "plugin:/file.py:Class").
+        wrapper_name: the wrapper's registry name.
+        shown: how the refusal names the inner optimizer (`'adam'`, or a class name).
+        itself: the inner optimizer is this wrapper.
+        is_wrapper: the inner optimizer wraps another one.
+        accepted: the inner optimizer is of the kind the wrapper calls (a pure rule for
+            "accumulation", any OptimizerV2 for "lookahead" and "moving_average").
 
-    Returns:
-        {"Class.coefficients": text, "Class.update": text, "adam_update": text, ...}; empty
-        when the file cannot be found or parsed.
+    Raises:
+        ValueError: "option inner=... refused: cannot wrap itself", or "... refused:
+            <wrapper> wraps a plain rule (not <the wrappers>)".
     """
-    if class_path.startswith(PLUGIN_PREFIX):
-        file_name, _, class_name = class_path[len(PLUGIN_PREFIX):].rpartition(":")
-    else:
-        module_name, _, class_name = class_path.partition(":")
-        try:
-            spec = importlib.util.find_spec(module_name)  # imports the parent package only
-        except (ImportError, ValueError):
-            return {}
-        file_name = spec.origin if spec is not None else None
-    try:
-        with open(file_name, encoding="utf-8") as handle:
-            text = handle.read()
-        tree = ast.parse(text)
-    except (OSError, TypeError, SyntaxError, ValueError):
-        return {}
-    lines = text.splitlines(keepends=True)
-
-    def source(node: ast.AST) -> str:  # as inspect.getsource: decorators and indentation kept
-        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-        return "".join(lines[first - 1:node.end_lineno])
-
-    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
-    classes = [node for node in tree.body
-               if isinstance(node, ast.ClassDef) and node.name == class_name]
-    out: dict[str, str] = {}
-    if not classes:
-        return out
-    methods = {node.name: node for node in classes[0].body if isinstance(node, ast.FunctionDef)}
-    for method_name in ("coefficients", "update"):
-        method = methods.get(method_name)
-        if method is None:
-            continue
-        out[f"{class_name}.{method_name}"] = source(method)
-        pending = [method]
-        while pending:  # transitively: `adam_update` calls `adam_decrement`, which does the maths
-            for called in _global_names(pending.pop(0)):  # in first-use order, as co_names
-                if called in functions and called not in out:
-                    out[called] = source(functions[called])
-                    pending.append(functions[called])
-    return out
+    if itself:
+        raise ValueError(f"option inner={shown} refused: cannot wrap itself")
+    if is_wrapper or not accepted:
+        raise ValueError(f"option inner={shown} refused: {wrapper_name} wraps a plain rule "
+                         f"(not {', '.join(sorted(WRAPPER_NAMES))})")
 
 
-def _global_names(function: ast.FunctionDef) -> list[str]:
-    """Names `function` reads that it does not assign (its globals), in order of first use."""
-    local = {a.arg for a in function.args.args + function.args.kwonlyargs}
-    seen: list[str] = []
-    for node in ast.walk(function):
-        if isinstance(node, ast.Name):
-            if isinstance(node.ctx, ast.Store):
-                local.add(node.id)
-            elif node.id not in local and node.id not in seen:
-                seen.append(node.id)
-    return seen
+def registry_name(cls: type) -> str:
+    """The name class `cls` registers under unless told otherwise: its `REGISTRY_NAME` class
+    attribute, else its class name in lower case ("adam" for `Adam`: every built-in)."""
+    return str(getattr(cls, "REGISTRY_NAME", cls.__name__.lower()))
 
 
 def own_specs(name: str) -> tuple[HyperSpec, ...]:
@@ -371,5 +336,5 @@ def option_names(name: str) -> tuple[str, ...]:
 
 
 __all__ = ["BUILTINS", "CatalogEntry", "KERAS_PACKAGE", "MAX_ACCUMULATION_STEPS", "OptionRange",
-           "PLUGIN_PREFIX", "WrapperRule",
-           "option_names", "own_specs", "pure_rule_sources"]
+           "PLUGIN_PREFIX", "WRAPPER_NAMES", "WrapperRule", "check_inner", "registry_name",
+           "option_names", "own_specs"]

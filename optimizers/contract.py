@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from optimizers.catalog import registry_name
+
 if TYPE_CHECKING:  # annotations only: the class is imported where a check runs
     from optimizers.wrapping import LegacyOptimizer
 
@@ -190,8 +192,11 @@ def check_config_roundtrip(cls: type) -> tuple[bool, str]:
     opt = cls()
     config = opt.get_config()
     missing = [n for n in numeric_arguments(cls) if n not in config]  # options included
+    # a wrapper is given its inner optimizer's class, as `registry.from_config` gives it
+    inner = getattr(opt, "inner", None)
+    classes = {registry_name(type(inner)): type(inner)} if inner is not None else None
     try:
-        clone = cls.from_config(config)
+        clone = cls.from_config(config, custom_objects=classes)
     except Exception as error:  # noqa: BLE001
         return False, f"from_config(get_config()) raised {type(error).__name__}: {error}"
     again = clone.get_config()

@@ -109,11 +109,10 @@ class DiffGrad(RuleOptimizer):
 
     Slots: `DiffGradSlots` (`m`, `v`, `prev_grad`).
 
+    {{allowed_values}}
+
     Args:
-        learning_rate: float in (0, 10], default 1e-3.
-        beta_1: float in [0, 1), default 0.9.
-        beta_2: float in [0, 1), default 0.999.
-        epsilon: float in (0, 1], default 1e-7.
+        {{hyperparameter_args}}
 
     Raises:
         InvalidHyperparameter: a hyperparameter outside its range, NaN/inf or not a number.

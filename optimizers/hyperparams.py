@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import numbers
+import textwrap
 from dataclasses import dataclass
 
 # No TensorFlow at import: the specs are read by pages and the CLI that never build an
@@ -35,7 +36,7 @@ def _tf_types() -> tuple[type, tuple[type, ...]]:
     return tf_keras.optimizers.schedules.LearningRateSchedule, (tf.Tensor, tf.Variable)
 
 
-def __getattr__(name: str):  # `hyperparams.LearningRateSchedule`, as before, but lazily
+def __getattr__(name: str):  # `hyperparams.LearningRateSchedule`, read lazily (TensorFlow)
     if name == "LearningRateSchedule":
         return _tf_types()[0]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -124,6 +125,12 @@ class HyperSpec:
         return number
 
 
+    def doc_line(self) -> str:
+        """This hyperparameter's `Args:` entry: both ranges and the default, e.g. "beta_1:
+        library: a finite number in [-inf, inf], ...; UI: a float in [0, 1). Default 0.9."."""
+        return (f"{self.name}: library: {self.library_allowed()}; UI: {self.allowed()}. "
+                f"Default {self.default:g}.")
+
     def library_allowed(self) -> str:
         """What `library_check` accepts, as text (used in its refusal message)."""
         low = "-inf" if math.isinf(self.library_low) else f"{self.library_low:g}"
@@ -205,6 +212,42 @@ MOMENTUM = HyperSpec(
     reference="Polyak 1964; Sutskever et al. 2013 (ICML), eq. 1-2", high_inclusive=False,
     library_low=0.0, library_high=1.0,  # Keras: "`momentum` must be between [0, 1]"
 )
+
+
+# Written once, substituted into the class docstrings (as Keras 3 does with
+# `{{base_optimizer_keyword_args}}`): `fill_docstring` replaces these placeholders.
+ALLOWED_VALUES_PLACEHOLDER = "{{allowed_values}}"
+HYPERPARAMETER_ARGS_PLACEHOLDER = "{{hyperparameter_args}}"
+ALLOWED_VALUES = (
+    "Allowed values: the library (this class, `_set_hyper`) follows Keras's rules "
+    "(`HyperSpec.library_check`); the lab's UI, CLI, URL and config import offer the narrower "
+    "UI range (`HyperSpec.validate`, via `registry.validate_hypers`), floats only. Keyword "
+    "arguments of the base class: `lr` (alias of learning_rate), `decay` (float >= 0: "
+    "learning_rate / (1 + decay * iterations), via `_decayed_lr`), `clipnorm`, `clipvalue`, "
+    "`global_clipnorm`."
+)
+
+
+def fill_docstring(doc: str | None, specs: tuple[HyperSpec, ...], width: int = 100) -> str | None:
+    """`doc` with each line holding only `{{allowed_values}}` replaced by `ALLOWED_VALUES` and
+    each line holding only `{{hyperparameter_args}}` by one `HyperSpec.doc_line` per spec of
+    `specs`, wrapped to `width` columns at that line's indentation (continuations 4 deeper, as
+    Google-style `Args:` entries). A docstring without placeholders is returned unchanged."""
+    if not doc:
+        return doc
+    out = []
+    for line in doc.splitlines():
+        indent = line[:len(line) - len(line.lstrip())]
+        if line.strip() == ALLOWED_VALUES_PLACEHOLDER:
+            out += textwrap.wrap(ALLOWED_VALUES, width, initial_indent=indent,
+                                 subsequent_indent=indent)
+        elif line.strip() == HYPERPARAMETER_ARGS_PLACEHOLDER:
+            for spec in specs:
+                out += textwrap.wrap(spec.doc_line(), width, initial_indent=indent,
+                                     subsequent_indent=indent + "    ")
+        else:
+            out.append(line)
+    return "\n".join(out) + ("\n" if doc.endswith("\n") else "")
 
 
 def check_decay(value: object) -> float:

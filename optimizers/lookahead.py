@@ -10,8 +10,7 @@ import tf_keras
 from optimizers.adam import Adam
 from optimizers.base import DeclaredSlots, shortest_float
 from optimizers.hyperparams import HyperSpec, find_spec
-from optimizers.wrapping import (LegacyOptimizer, OwnWeightsWrapper, Wrapper, check_inner,
-                                 resolver)
+from optimizers.wrapping import LegacyOptimizer, OwnWeightsWrapper, Wrapper
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 from optimizers.catalog import (LOOKAHEAD_REFERENCE, SLOW_STEP_SIZE,  # noqa: F401 (public)
                                 SYNC_PERIOD)
@@ -196,30 +195,18 @@ class Lookahead(OwnWeightsWrapper, Wrapper, DeclaredSlots, LegacyOptimizer):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        """Rebuild from `get_config`. The inner entry is resolved through the registry only
-        (its `registered_name`, else its `class_name`, must be a registered class that
-        `check_inner` accepts; a plain string is a registry name): no class named in a config is
-        imported or deserialized by Keras.
+        """Rebuild from `get_config`. The inner entry's class is the one `custom_objects` gives
+        for the name the entry holds (its `registered_name`, else its `class_name`; a plain string
+        is a registry name), else the class registered with Keras under it
+        (`Wrapper.inner_class`; `registry.from_config` passes the class): no class named in a
+        config is imported or deserialized by Keras.
 
         Raises:
             KeyError: the inner entry names no registered class.
             ValueError: a malformed inner entry, or a wrapper as inner; TypeError: unknown keys.
         """
-        del custom_objects  # nothing in this config is deserialized by class name
         config = dict(config)
-        entry = config.pop("inner", "adam")
-        if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
-            named = entry.get("registered_name") or entry.get("class_name")
-            inner_cls = resolver().class_named(named) if isinstance(named, str) else None
-            if inner_cls is None:
-                raise ValueError(f"option inner={named!r} refused: must name a registered class")
-            check_inner(cls, inner_cls, repr(named))
-            inner = inner_cls.from_config(dict(entry["config"]))
-        elif isinstance(entry, str):
-            inner = cls.inner_from_name(entry, {})
-        else:
-            raise ValueError("option inner refused: must be a registry name or a serialized "
-                             "optimizer {class_name, config}")
+        inner = cls.inner_from_entry(config.pop("inner", "adam"), custom_objects)
         return cls(inner=inner, **config)
 
 

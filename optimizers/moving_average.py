@@ -213,13 +213,10 @@ class MovingAverage(OwnWeightsWrapper, Wrapper, DeclaredSlots, LegacyOptimizer):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        """Rebuild from `get_config`; the inner entry is resolved as `Lookahead.from_config`
-        does (registry allow-list only). Raises KeyError, ValueError, InvalidHyperparameter."""
-        from optimizers.lookahead import Lookahead  # the same inner resolution
-
-        del custom_objects
+        """Rebuild from `get_config`; the inner entry's class is found as in
+        `Lookahead.from_config`. Raises KeyError, ValueError, InvalidHyperparameter."""
         config = dict(config)
-        inner = Lookahead.from_config({"inner": config.pop("inner", "adam")}).inner
+        inner = cls.inner_from_entry(config.pop("inner", "adam"), custom_objects)
         if isinstance(config.get("average_decay"), dict) or callable(config.get("average_decay")):
             raise InvalidHyperparameter("average_decay", config["average_decay"], "a float")
         return cls(inner=inner, **config)

@@ -4,10 +4,10 @@ A plugin file is code the server has never run: `while True: pass` at import wou
 page and burn a core. So the server never imports a file before a child process has imported it
 within a time limit:
 
-    python -m optimizers.plugins --check FILE...
+    python -m optimizers.plugin_discovery --check FILE...
 
-(`plugins.main`) imports each file and runs the contract check on its classes
-(`plugins.check_file`, nothing registered), writing one JSON line per event to its stdout:
+(`plugin_discovery.main`) imports each file and runs the contract check on its classes
+(`plugin_discovery.check_file`, nothing registered), writing one JSON line per event to its stdout:
 `{"event": "ready"}` once TensorFlow and the lab are imported, then per file
 `{"event": "import", "path"}`, `{"event": "check", "path"}` (import done, contract check
 starting) and `{"event": "report", "report": {...}}`. The plugin's own prints go to stderr, so
@@ -17,7 +17,7 @@ The parent (`check_in_child`) reads those lines with deadlines: `import_timeout_
 `OPTIMIZER_LAB_PLUGIN_TIMEOUT_S`, default 10 s) from "import" to "check", `check_timeout_s`
 (`OPTIMIZER_LAB_PLUGIN_CHECK_TIMEOUT_S`, default 120 s) from "check" to "report". A file that
 overruns is reported ("import did not finish in 10 s: not loaded"), the child is killed, and a
-new child goes on with the files after it. `plugins.discover_bounded` then registers the classes
+new child goes on with the files after it. `plugin_discovery.discover_bounded` then registers the classes
 that passed from the report's catalog data (`ClassReport.catalog`: specs, options, `is_rule`,
 the file and class), without importing any plugin file into the server.
 """
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import IO, Mapping, Sequence
 
-# This module imports nothing of the lab (and no TensorFlow): `optimizers.plugins` imports it.
+# This module imports nothing of the lab (and no TensorFlow): `optimizers.plugin_discovery` imports it.
 
 IMPORT_TIMEOUT_ENV = "OPTIMIZER_LAB_PLUGIN_TIMEOUT_S"
 CHECK_TIMEOUT_ENV = "OPTIMIZER_LAB_PLUGIN_CHECK_TIMEOUT_S"
@@ -104,7 +104,7 @@ def check_in_child(paths: Sequence[Path | str], import_timeout: float | None = N
     Returns:
         One report dict per file, in order: `path` (resolved), `error` (None, a traceback, or
         why the file was not loaded: "import did not finish in 10 s: not loaded"), `classes`
-        (as `plugins.ClassReport`, with `checks` as `contract.CheckResult` fields and `catalog`
+        (as `plugin_discovery.ClassReport`, with `checks` as `contract.CheckResult` fields and `catalog`
         as `catalog.CatalogEntry.to_data`), `module`.
 
     Raises:
@@ -131,7 +131,7 @@ def _run_child(paths: list[str], import_timeout: float, check_timeout: float,
     """One child over `paths`; fills `reports` until it ends or a file overruns. Returns False
     when the child never said it was ready."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "optimizers.plugins", "--check", *paths],
+        [sys.executable, "-m", "optimizers.plugin_discovery", "--check", *paths],
         cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True)
     lines: queue.Queue = queue.Queue()

@@ -15,20 +15,21 @@ Two halves, so that pages and the command line never pay for TensorFlow:
 
 The registry is also the only place names are resolved: a wrapper ("accumulation",
 "lookahead", "moving_average") takes its inner optimizer as an object, and `create` builds that
-object from the `inner` option and passes it. The wrappers' `get_config` / `from_config` reach
-the names through the `wrapping.InnerResolver` that `install_default_resolver` installs (as
-soon as `optimizers.wrapping` is loaded through the registry; no import circle).
+object from the `inner` option and passes it; `from_config` resolves the inner name a wrapper's
+config holds and passes the class in. Plugin classes are imported through the loader the plugin
+module hands over (`use_plugin_loader`): the registry imports no other module of the lab but the
+catalog, the hyperparameter specs and, on first use, the optimizer classes.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import sys
 from pathlib import Path
-from typing import Any, Iterator, MutableMapping
+from typing import Any, Callable, Iterator, Mapping
 
-from optimizers.catalog import BUILTINS, PLUGIN_PREFIX, CatalogEntry, WrapperRule
+from optimizers.catalog import (BUILTINS, PLUGIN_PREFIX, WRAPPER_NAMES, CatalogEntry,
+                                WrapperRule, check_inner)
 from optimizers.hyperparams import HyperSpec, InvalidHyperparameter
 
 # What the engine, recorder and run process call on an optimizer besides OptimizerV2's own API.
@@ -44,34 +45,22 @@ _CLASSES: dict[str, type] = {}  # name -> class, once imported (or registered as
 # builds them, since nothing declared them as data.
 _INTROSPECTED: set[str] = set()
 # Wrappers: their `inner` option names a plain rule (`validate_options` says which).
-WRAPPERS = tuple(name for name, entry in BUILTINS.items() if entry.wrapper is not None)
+WRAPPERS = WRAPPER_NAMES
+# Imports the class of a plugin file: (file, class name) -> class. Handed over by the plugin
+# module (`use_plugin_loader`), which alone registers plugin entries.
+_PLUGIN_LOADER: list[Callable[[Path, str], type]] = []
 DEFAULT_OPTIMIZER = "adam"
 
 
-class _Classes(MutableMapping):
-    """`OPTIMIZERS`: name -> class. Membership, iteration and `len` read the catalog (no
-    TensorFlow); reading a value imports that class. Writing is for saving and restoring the
-    registry around a test (`dict(OPTIMIZERS)` ... `clear()`, `update(saved)`; prefer
-    `snapshot` / `restore`, which import nothing); code adds optimizers with `register`."""
+class _Classes(Mapping):
+    """`OPTIMIZERS`: name -> class, read-only. Membership, iteration and `len` read the catalog
+    (no TensorFlow); reading a value imports that class. Code adds optimizers with `register` /
+    `register_entry`; tests save and restore the registry with `snapshot` / `restore`."""
 
     def __getitem__(self, name: str) -> type:
         if name not in _ENTRIES:
             raise KeyError(name)
         return get(name)
-
-    def __setitem__(self, name: str, cls: type) -> None:
-        builtin = BUILTINS.get(name)
-        if builtin is not None and builtin.class_path == f"{cls.__module__}:{cls.__name__}":
-            _ENTRIES[name] = builtin
-            _CLASSES[name] = cls
-            return
-        _ENTRIES.pop(name, None)
-        register(name, cls)
-
-    def __delitem__(self, name: str) -> None:
-        del _ENTRIES[name]
-        _CLASSES.pop(name, None)
-        _INTROSPECTED.discard(name)
 
     def __contains__(self, name: object) -> bool:
         return name in _ENTRIES
@@ -86,7 +75,7 @@ class _Classes(MutableMapping):
         return f"OPTIMIZERS({', '.join(_ENTRIES)})"
 
 
-OPTIMIZERS: MutableMapping[str, type] = _Classes()
+OPTIMIZERS: Mapping[str, type] = _Classes()
 
 
 # ----- answered from the catalog (no TensorFlow) -----------------------------------------------
@@ -146,7 +135,7 @@ def option_defaults(name: str) -> dict[str, Any]:
 
 
 def _check_inner(name: str, inner: Any) -> None:
-    """Refuse an `inner` option wrapper `name` cannot wrap (as `wrapping.check_inner`).
+    """Refuse an `inner` option wrapper `name` cannot wrap (`catalog.check_inner`).
 
     Raises:
         KeyError: `inner` is not a registered name.
@@ -155,12 +144,8 @@ def _check_inner(name: str, inner: Any) -> None:
     """
     wrapper = entry(name).wrapper
     inner_entry = entry(inner)
-    shown = repr(inner)
-    if inner == name:
-        raise ValueError(f"option inner={shown} refused: cannot wrap itself")
-    if inner_entry.wrapper is not None or (wrapper.inner_must_be_rule and not inner_entry.is_rule):
-        raise ValueError(f"option inner={shown} refused: {name} wraps a plain rule (not "
-                         f"{', '.join(sorted(WRAPPERS))})")
+    check_inner(name, repr(inner), itself=inner == name, is_wrapper=inner_entry.wrapper is not None,
+                accepted=inner_entry.is_rule or not wrapper.inner_must_be_rule)
 
 
 def validate_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -297,20 +282,29 @@ def restore(state: tuple[dict, dict, set]) -> None:
 
 
 # ----- importing the classes (TensorFlow loads here) -------------------------------------------
-def _import_class(found: CatalogEntry) -> type:
-    """The class `found.class_path` names ("module:Class" or "plugin:/file.py:Class")."""
-    if found.class_path.startswith(PLUGIN_PREFIX):
-        from optimizers import plugins  # a plugin file: imported once per process
+def use_plugin_loader(load: Callable[[Path, str], type]) -> None:
+    """Let the registry import plugin classes with `load(file, class name) -> class` (the plugin
+    module calls it when it is imported; it raises ImportError for a file that fails)."""
+    _PLUGIN_LOADER[:] = [load]
 
+
+def _import_class(found: CatalogEntry) -> type:
+    """The class `found.class_path` names ("module:Class" or "plugin:/file.py:Class").
+
+    Raises:
+        ImportError: a plugin file that no longer imports, or no plugin loader was handed over.
+    """
+    if found.class_path.startswith(PLUGIN_PREFIX):
         path, _, attribute = found.class_path[len(PLUGIN_PREFIX):].rpartition(":")
-        module, error = plugins.import_plugin(Path(path))
-        if module is None:
-            raise ImportError(f"optimizer {found.name!r}: plugin {path} no longer imports: "
-                              f"{(error or '').strip().splitlines()[-1:]}")
-    else:
-        module_name, _, attribute = found.class_path.partition(":")
-        module = importlib.import_module(module_name)
-    return getattr(module, attribute)
+        if not _PLUGIN_LOADER:
+            raise ImportError(f"optimizer {found.name!r}: plugin {path} has no loader (the "
+                              "plugin module registers its entries and hands one over)")
+        try:
+            return _PLUGIN_LOADER[0](Path(path), attribute)
+        except ImportError as error:
+            raise ImportError(f"optimizer {found.name!r}: {error}") from None
+    module_name, _, attribute = found.class_path.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
 
 
 def get(name: str) -> type:
@@ -323,7 +317,6 @@ def get(name: str) -> type:
     found = entry(name)
     if name not in _CLASSES:
         _CLASSES[name] = _import_class(found)
-    install_default_resolver()
     return _CLASSES[name]
 
 
@@ -365,7 +358,6 @@ def register(name: str, cls: type) -> None:
         (), issubclass(cls, RuleOptimizer), wrapper)
     _CLASSES[name] = cls
     _INTROSPECTED.add(name)
-    install_default_resolver()
 
 
 def _introspected_defaults(name: str) -> dict[str, Any]:
@@ -433,23 +425,44 @@ def create(
     return _instantiate(name, checked_options, checked_hypers)
 
 
-def install_default_resolver() -> None:
-    """Let the wrappers' `get_config` / `from_config` resolve names through this registry
-    (`wrapping.install_resolver`); idempotent. Called whenever a class is imported or
-    registered here, and at import when `optimizers.wrapping` is already loaded."""
-    from optimizers.wrapping import InnerResolver, install_resolver
+def custom_objects() -> dict[str, type]:
+    """Every registered class under each name a config may give it: registry name, Keras
+    registered name ("OptimizerLab>Adam") and class name (the first registered wins). Pass it to
+    `tf_keras.optimizers.deserialize(..., custom_objects=...)` so a wrapper's config finds its
+    inner class. Imports every class (TensorFlow loads)."""
+    out: dict[str, type] = {}
+    for name, found in _ENTRIES.items():
+        for key in (name, found.keras_name, found.class_name):
+            out.setdefault(key, get(name))
+    return out
 
-    install_resolver(InnerResolver(get=get, create=create, name_of=name_of,
-                                   class_named=class_named))
 
+def from_config(name: str, config: dict[str, Any]) -> Any:
+    """Optimizer `name` rebuilt from its `get_config()`. For a wrapper, the inner optimizer the
+    config names (a registry name, or a Keras-serialized entry's registered or class name) is
+    resolved here and its class passed in (`custom_objects`); nothing else is looked up.
 
-if "optimizers.wrapping" in sys.modules:  # TensorFlow is loaded anyway: install at once
-    install_default_resolver()
+    Raises:
+        KeyError: unknown `name`, or an inner name that is no registered class.
+        ValueError, TypeError, InvalidHyperparameter: as the class's `from_config`.
+    """
+    cls = get(name)
+    if not is_wrapper(name):
+        return cls.from_config(config)
+    inner = config.get("inner", option_defaults(name)["inner"])
+    named = inner.get("registered_name") or inner.get("class_name") if isinstance(
+        inner, dict) else inner
+    try:
+        inner_cls = get(named) if named in _ENTRIES else class_named(named)
+    except (KeyError, TypeError):  # the wrapper's `from_config` words the refusal
+        return cls.from_config(config, custom_objects={})
+    return cls.from_config(config, custom_objects={named: inner_cls})
+
 
 __all__ = [
     "ENGINE_METHODS", "OPTIMIZERS", "DEFAULT_OPTIMIZER", "InvalidHyperparameter", "WRAPPERS",
     "CatalogEntry", "WrapperRule", "class_name", "class_named", "class_names", "create",
-    "entry", "get", "has_engine_api", "install_default_resolver", "is_rule", "is_wrapper",
+    "custom_objects", "entry", "from_config", "get", "has_engine_api", "is_rule", "is_wrapper",
     "name_of", "names", "option_defaults", "register", "register_entry", "restore",
-    "snapshot", "specs", "unregister", "validate_hypers", "validate_options",
+    "snapshot", "specs", "unregister", "use_plugin_loader", "validate_hypers", "validate_options",
 ]

@@ -161,21 +161,13 @@ class RMSprop(MomentumRegime, RuleOptimizer):
     or tensor `momentum` whose value is 0, Keras takes the fused (epsilon inside) path; the lab
     picks by value (epsilon outside): they differ only in that case.
 
-    Allowed values: the library (this class, `_set_hyper`) follows Keras's rules
-    (`HyperSpec.library_check`); the lab's UI, CLI, URL and config import offer the narrower
-    UI range (`HyperSpec.validate`, via `registry.validate_hypers`), floats only. Keyword
-    arguments of the base class: `lr` (alias of learning_rate), `decay` (float >= 0:
-    learning_rate / (1 + decay * iterations), via `_decayed_lr`), `clipnorm`, `clipvalue`,
-    `global_clipnorm`.
+    `epsilon` 0 or None means 1e-7, as Keras (`epsilon or backend.epsilon()`); a live
+    `_set_hyper("epsilon", 0.0)` sets a true 0.
+
+    {{allowed_values}}
 
     Args:
-        learning_rate: library: float >= 0, `LearningRateSchedule`, zero-arg callable, scalar
-            tensor or tf.Variable; UI: float in (0, 10]. Default 1e-3.
-        rho: library: finite float, callable or scalar tensor; UI: [0, 1). Default 0.9.
-        momentum: library: float in [0, 1] (Keras refuses others), callable or scalar tensor;
-            UI: [0, 1). Default 0.0.
-        epsilon: library: float >= 0, callable or scalar tensor; 0 or None means 1e-7 as in
-            Keras; a live `_set_hyper("epsilon", 0.0)` sets a true 0. UI: (0, 1]. Default 1e-7.
+        {{hyperparameter_args}}
         centered: bool, default False.
 
     Raises:

@@ -69,7 +69,7 @@ def safe_sqrt(x: tf.Tensor, clamp_negative: bool = False) -> tf.Tensor:
     the four-op form: 3 of Adam's 15 element-wise kernels per variable
     (tests/test_op_counts.py; timings in bench/bench_optimizers.py).
 
-    Why not a one-op `tf.custom_gradient` square root (the issue's speed suggestion): inside a
+    Why not a one-op `tf.custom_gradient` square root (faster to run): inside a
     `tf.function`, `tf.autodiff.ForwardAccumulator` does not use a custom gradient (TF 2.21):
     the tangent goes through the inner `Sqrt` (infinite at 0) or, behind a `stop_gradient`, is
     0. The hyper-gradient engine's forward mode runs traced, so its tangents would be wrong

@@ -93,18 +93,10 @@ class SGD(MomentumRegime, RuleOptimizer):
 
     Dtypes: float16, bfloat16, float32, float64, complex64, complex128 (as Keras).
 
-    Allowed values: the library (this class, `_set_hyper`) follows Keras's rules
-    (`HyperSpec.library_check`); the lab's UI, CLI, URL and config import offer the narrower
-    UI range (`HyperSpec.validate`, via `registry.validate_hypers`), floats only. Keyword
-    arguments of the base class: `lr` (alias of learning_rate), `decay` (float >= 0:
-    learning_rate / (1 + decay * iterations), via `_decayed_lr`), `clipnorm`, `clipvalue`,
-    `global_clipnorm`.
+    {{allowed_values}}
 
     Args:
-        learning_rate: library: float >= 0, `LearningRateSchedule`, zero-arg callable, scalar
-            tensor or tf.Variable; UI: float in (0, 10]. Default 0.01.
-        momentum: library: float in [0, 1] (Keras refuses others), callable or scalar tensor;
-            UI: [0, 1). Default 0.0.
+        {{hyperparameter_args}}
         nesterov: bool, default False.
 
     Raises:

@@ -1,69 +1,30 @@
-"""What the wrapper optimizers share: which inner optimizer they accept, and names.
+"""What the wrapper optimizers share: which inner optimizer they accept, and how a config names it.
 
-A wrapper (`GradientAccumulation`, `Lookahead`) takes its inner optimizer as an OBJECT, as optax's
-`lookahead(fast_optimizer)` does: `Lookahead(inner=SGD(...))`. It never resolves a name itself;
-only the registry does (`registry.create("lookahead", hypers, {"inner": "adam"})` builds the inner
-optimizer and passes it). `check_inner` is the one place that decides which inner optimizer a
-wrapper accepts; the constructors, the registry's `validate_options` and `from_config` all call it.
+A wrapper (`GradientAccumulation`, `Lookahead`, `MovingAverage`) takes its inner optimizer as an
+OBJECT, as optax's `lookahead(fast_optimizer)` does: `Lookahead(inner=SGD(...))`. It never
+resolves a name: there is no registry in this module's view. The refusal rule (which inner
+optimizer a wrapper accepts) is `catalog.check_inner`, written once for classes (here) and for
+registry names (`registry.validate_options`).
 
-`get_config` / `from_config` name the inner optimizer (a config is JSON), so a wrapper needs the
-registry's names there. The registry hands them over once, when it is imported, with
-`install_resolver`: the dependency points down (registry -> wrappers), never back, and
-`from_config` can only build classes the registry lists (an allow-list: nothing named in a config
-is imported or deserialized by Keras).
+`get_config` names the inner optimizer (a config is JSON); `from_config` is given the inner
+optimizer's class in `custom_objects`, keyed by the name the config uses, or finds it among the
+classes registered with Keras (`tf_keras.saving.get_registered_object`: Keras's own allow-list,
+in which every optimizer of the lab is registered as "OptimizerLab>Class"). A registry name
+("sgd", as `GradientAccumulation` writes it) only the registry resolves:
+`registry.from_config(name, config)` resolves it and passes exactly that class in, and
+`tf_keras.optimizers.deserialize(..., custom_objects=registry.custom_objects())` works too.
+Nothing named in a config is imported.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar, Mapping
 
 import tf_keras
 
+from optimizers.catalog import check_inner as check_inner_facts, registry_name
+
 LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
-
-
-@dataclass(frozen=True)
-class InnerResolver:
-    """The registry's name services, as the wrappers see them.
-
-    Attributes:
-        get: registry name -> class. Raises KeyError (message lists the known names).
-        create: (registry name, hyperparameters[, options]) -> validated instance. Raises KeyError,
-            ValueError, InvalidHyperparameter.
-        name_of: registered class -> its registry name. Raises KeyError when not registered.
-        class_named: Keras registered name ("OptimizerLab>Adam") or class name ("Adam") ->
-            registered class. Raises KeyError when no registered class answers to it.
-    """
-
-    get: Callable[[str], type]
-    create: Callable[[str, dict[str, Any]], LegacyOptimizer]
-    name_of: Callable[[type], str]
-    class_named: Callable[[str], type]
-
-
-_RESOLVER: list[InnerResolver] = []
-
-
-def install_resolver(resolver: InnerResolver) -> None:
-    """Called once by `optimizers.registry` at import: the wrappers' source of names."""
-    _RESOLVER[:] = [resolver]
-
-
-def resolver() -> InnerResolver:
-    """The installed `InnerResolver`.
-
-    Raises:
-        LookupError: `optimizers.registry` was never imported in this process.
-    """
-    if not _RESOLVER:  # the registry installs itself when it imports a class; a wrapper
-        from optimizers import registry  # imported directly (tests, teaching) asks it here
-
-        registry.install_default_resolver()
-    if not _RESOLVER:
-        raise LookupError("a wrapper's inner optimizer is named in its config, and only "
-                          "optimizers.registry resolves names: import optimizers.registry first")
-    return _RESOLVER[0]
 
 
 class Wrapper:
@@ -100,38 +61,57 @@ class Wrapper:
         return inner
 
     @classmethod
-    def inner_from_name(cls, name: Any, hypers: dict[str, Any],
-                        options: dict[str, Any] | None = None) -> LegacyOptimizer:
-        """The inner optimizer registered as `name`, built with `hypers` (for `from_config`).
+    def inner_class(cls, named: Any, custom_objects: Mapping[str, type] | None) -> type:
+        """The class `custom_objects` gives for `named` (the inner optimizer's name in a config:
+        a registry name, a Keras registered name or a class name), else the class registered
+        with Keras under that name (a custom object scope's, then a globally registered one),
+        checked by `check_inner`.
 
         Raises:
-            KeyError: `name` is not a registered name; ValueError: as `check_inner`.
+            KeyError: no such class (message: "... is not a registered optimizer class";
+                `registry.from_config` passes the class a registry name stands for).
+            ValueError: as `check_inner`, or `named` is not a string.
         """
-        if not isinstance(name, str):
-            raise ValueError(f"option inner={name!r} refused: must be a registry name")
-        check_inner(cls, resolver().get(name), repr(name))
-        if options:
-            return resolver().create(name, hypers, options)
-        return resolver().create(name, hypers)
+        if not isinstance(named, str):
+            raise ValueError(f"option inner={named!r} refused: must be a registry name")
+        found = (custom_objects or {}).get(named) or tf_keras.saving.get_registered_object(named)
+        if not (isinstance(found, type) and issubclass(found, LegacyOptimizer)):
+            raise KeyError(f"{named!r} is not a registered optimizer class: rebuild a wrapper "
+                           f"with registry.from_config(name, config), which passes the inner "
+                           f"optimizer's class in")
+        check_inner(cls, found, repr(named))
+        return found
 
     @classmethod
-    def inner_name(cls, inner: LegacyOptimizer) -> str:
-        """The registry name of `inner`'s class (for `get_config`). Raises KeyError."""
-        return resolver().name_of(type(inner))
+    def inner_from_entry(cls, entry: Any, custom_objects: Mapping[str, type] | None
+                         ) -> LegacyOptimizer:
+        """The inner optimizer a config's `inner` entry describes (`Lookahead`, `MovingAverage`):
+        a Keras-serialized entry `{class_name, config[, registered_name]}` rebuilt by its class's
+        own `from_config`, or a registry name built with its defaults; the class comes from
+        `custom_objects` (`inner_class`).
 
+        Raises:
+            KeyError: the entry names no class of `custom_objects`.
+            ValueError: a malformed entry, or a class `check_inner` refuses.
+        """
+        if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
+            named = entry.get("registered_name") or entry.get("class_name")
+            return cls.inner_class(named, custom_objects).from_config(dict(entry["config"]))
+        if isinstance(entry, str):
+            return cls.inner_class(entry, custom_objects)()
+        raise ValueError("option inner refused: must be a registry name or a serialized "
+                         "optimizer {class_name, config}")
 
-def wrapper_names() -> list[str]:
-    """Registry names of every wrapper class defined so far, sorted."""
-    found, todo = set(), list(Wrapper.__subclasses__())
-    while todo:
-        cls = todo.pop()
-        found.add(cls.REGISTRY_NAME)
-        todo.extend(cls.__subclasses__())
-    return sorted(found)
+    @staticmethod
+    def inner_name(inner: LegacyOptimizer) -> str:
+        """The registry name of `inner`'s class (for `get_config`): its `REGISTRY_NAME`, else
+        its class name in lower case, as a plugin registers (`catalog.registry_name`)."""
+        return registry_name(type(inner))
 
 
 def check_inner(wrapper: type, inner: type, shown: str) -> None:
-    """Refuse an inner optimizer class that `wrapper` cannot wrap.
+    """Refuse an inner optimizer class that `wrapper` cannot wrap (`catalog.check_inner`, with
+    the facts read from the classes).
 
     Args:
         wrapper: a `Wrapper` subclass.
@@ -139,18 +119,14 @@ def check_inner(wrapper: type, inner: type, shown: str) -> None:
         shown: how the refusal names it (`'adam'` for a registry name, a class name otherwise).
 
     Raises:
-        ValueError: `inner` is `wrapper` itself, another wrapper, or not an `INNER_BASE`
-            (messages: "option inner=... refused: cannot wrap itself" / "... wraps a plain rule").
+        ValueError: `inner` is `wrapper` itself, another wrapper, or not an `INNER_BASE`.
     """
-    if issubclass(inner, wrapper):
-        raise ValueError(f"option inner={shown} refused: cannot wrap itself")
-    if issubclass(inner, Wrapper) or not issubclass(inner, wrapper.INNER_BASE):
-        raise ValueError(f"option inner={shown} refused: {wrapper.REGISTRY_NAME} wraps a plain "
-                         f"rule (not {', '.join(wrapper_names())})")
+    check_inner_facts(wrapper.REGISTRY_NAME, shown, itself=issubclass(inner, wrapper),
+                      is_wrapper=issubclass(inner, Wrapper),
+                      accepted=issubclass(inner, wrapper.INNER_BASE))
 
 
-__all__ = ["InnerResolver", "Wrapper", "check_inner", "install_resolver", "resolver",
-           "wrapper_names"]
+__all__ = ["LegacyOptimizer", "OwnWeightsWrapper", "Wrapper", "check_inner"]
 
 
 class OwnWeightsWrapper:

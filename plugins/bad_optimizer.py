@@ -3,7 +3,7 @@
 The contract check page shows each mistake as a failed item; the app keeps working and this
 class is NOT added to the optimizer lists. The mistakes, each marked MISTAKE below:
 
-1. `create_slots` and `resource_apply_sparse` (public names, as in the old docstring): the base
+1. `create_slots` and `resource_apply_sparse` (public look-alikes of the hook names): the base
    class never calls them; it calls `_create_slots` and `_resource_apply_sparse`.
 2. `momentum` is a plain attribute, not `_set_hyper`'d: a compiled step bakes 0.9 in as a
    constant, a live change is silently ignored, and there is no hyper-gradient for it.

@@ -51,7 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, Stric
 
 from engine.record_rows import HyperChangeRow
 from optimizers.hyperparams import InvalidHyperparameter
-from optimizers.schedule_specs import ScheduleError, validate_schedule
+from schedules.table import ScheduleError, validate_schedule
 from settings import fields as setting_fields
 
 if TYPE_CHECKING:

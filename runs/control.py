@@ -138,7 +138,7 @@ def set_hyper(store: RunStore, run_id: int, name: str, value: Any, source: str =
     run = _active_run(store, run_id, caller, "set_hyper")
     config = run["config"]
     if name in ("lr_schedule", "decay"):
-        from optimizers.schedule_specs import validate_schedule
+        from schedules.table import validate_schedule
         from settings import fields
 
         if name == "lr_schedule":

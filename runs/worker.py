@@ -31,7 +31,7 @@ import numpy as np
 
 from engine import recording
 from engine.record_rows import HyperChangeRow
-from optimizers import plugins
+from optimizers import plugin_discovery as plugins
 from runs import commands
 from runs.run_loop import (  # noqa: F401  (re-exported: benchmarks drive `_Run` and the constants)
     FLUSH_EVERY_S,

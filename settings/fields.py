@@ -15,7 +15,7 @@ import typing
 from typing import Any, Literal, Mapping
 
 from optimizers import registry
-from optimizers.schedule_specs import SCHEDULE_SPECS, param_text, parse_param_text, params
+from schedules.table import SCHEDULE_SPECS, param_text, parse_param_text, params
 from settings.run_config import RunConfig, allowed
 
 # Kinds of field, from the annotation: "int", "float", "choice" (a Literal), "str", "names"

@@ -16,7 +16,7 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
                       model_validator)
 
 from optimizers import registry
-from optimizers.schedule_specs import SCHEDULE_SPECS, float_params, validate_schedule
+from schedules.table import SCHEDULE_SPECS, float_params, validate_schedule
 
 Dataset = Literal["digits", "breast_cancer", "moons", "tokens"]
 Model = Literal["logistic", "mlp", "cnn", "embedding"]

@@ -30,7 +30,7 @@ from typing import Any, Mapping
 from optimizers import registry
 from settings import fields
 from settings.decode import SettingError, Source, decode
-from optimizers.schedule_specs import SCHEDULE_SPECS, ScheduleError, param_text, parse_param_text
+from schedules.table import SCHEDULE_SPECS, ScheduleError, param_text, parse_param_text
 from settings.run_config import RunConfig, allowed
 
 MAX_VALUE_CHARS = 64

@@ -198,7 +198,7 @@ def hyper_kinds(make=None) -> pd.DataFrame:
 
     Args:
         make: `learning_rate -> optimizer` (default: `tf_keras.optimizers.legacy.Adam`); the lab's
-            own classes accept the same kinds where their constructors do (issue 12).
+            own classes accept the same kinds where their constructors do.
 
     Returns:
         One row per kind (float, tf.Variable, scalar tensor, LearningRateSchedule, callable):

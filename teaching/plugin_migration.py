@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from optimizers import plugins, registry
+from optimizers import plugin_discovery as plugins, registry
 from optimizers.base import DeclaredSlots, LegacyOptimizer, RuleOptimizer
 from teaching.migration import parity_of
 

@@ -2,16 +2,14 @@
 
 `RULES[name]` is the rule of registry optimizer `name` as the lab computes it (the same maths
 as its `coefficients` + `update`, see the class docstrings), written per variable w with
-gradient g at step t = iterations + 1. `pure_rule_sources(cls)` gives the source of the pure
-functions a class's `coefficients` / `update` call, so a page shows the maths that runs, not
-only the adapter methods.
+gradient g at step t = iterations + 1. The source of the pure functions a class's
+`coefficients` / `update` call is `optimizers.rule_source.pure_rule_sources`.
 
-No TensorFlow is imported here (the classes are passed in).
+No TensorFlow is imported here.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 
@@ -111,36 +109,4 @@ def rule_for(name: str) -> RuleMath | None:
     return RULES.get(name)
 
 
-def pure_rule_sources(cls: type) -> dict[str, str]:
-    """Qualified name -> source of `cls.coefficients`, `cls.update` and the module-level pure
-    functions they call, directly or through each other (e.g. `adam_update` ->
-    `adam_decrement`); empty for a class without a pure rule.
-
-    Raises nothing: a source that cannot be read (built in C, defined in a REPL) is skipped.
-    """
-    out: dict[str, str] = {}
-    for method_name in ("coefficients", "update"):
-        method = getattr(cls, method_name, None)
-        if method is None or not inspect.isfunction(method):
-            continue
-        try:
-            out[f"{cls.__name__}.{method_name}"] = inspect.getsource(method)
-        except (OSError, TypeError):
-            continue
-        module = inspect.getmodule(method)
-        pending = [method]
-        while pending:  # transitively: `adam_update` calls `adam_decrement`, which does the maths
-            for called in pending.pop(0).__code__.co_names:
-                target = getattr(module, called, None)
-                if (called in out or not inspect.isfunction(target)
-                        or target.__module__ != module.__name__):
-                    continue
-                try:
-                    out[called] = inspect.getsource(target)
-                except (OSError, TypeError):
-                    continue
-                pending.append(target)
-    return out
-
-
-__all__ = ["RULES", "RuleMath", "pure_rule_sources", "rule_for"]
+__all__ = ["RULES", "RuleMath", "rule_for"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lab_cli import cli
-from optimizers import plugins, registry
+from optimizers import plugin_discovery as plugins, registry
 from settings.run_config import RunConfig
 from runs.export import export_config
 

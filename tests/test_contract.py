@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizers import contract, plugins, registry
+from optimizers import contract, plugin_discovery as plugins, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plugins_broken"
@@ -33,19 +33,17 @@ BAD_EXPECTED = {
 
 @pytest.fixture
 def clean_registry():
-    saved = dict(registry.OPTIMIZERS)
+    saved = registry.snapshot()
     yield
-    registry.OPTIMIZERS.clear()
-    registry.OPTIMIZERS.update(saved)
+    registry.restore(saved)
 
 
 @pytest.fixture(scope="module")
 def shipped():
-    saved = dict(registry.OPTIMIZERS)
+    saved = registry.snapshot()
     reports = {Path(r.path).name: r for r in plugins.discover(ROOT / "plugins")}
-    added = {k: v for k, v in registry.OPTIMIZERS.items() if k not in saved}
-    registry.OPTIMIZERS.clear()
-    registry.OPTIMIZERS.update(saved)
+    added = {k: registry.OPTIMIZERS[k] for k in registry.OPTIMIZERS if k not in saved[0]}
+    registry.restore(saved)
     return reports, added
 
 
@@ -127,7 +125,8 @@ def test_plugins_dir_from_flag_env_or_default(tmp_path):
 
 def test_ensure_registered_discovers_on_demand(clean_registry, monkeypatch):
     monkeypatch.setenv(plugins.ENV_VAR, str(FIXTURES))
-    registry.OPTIMIZERS.pop("signsgd_fixture", None)
+    if "signsgd_fixture" in registry.OPTIMIZERS:
+        registry.unregister("signsgd_fixture")
     plugins.ensure_registered("signsgd_fixture")
     assert registry.get("signsgd_fixture").__name__ == "SignSGD"
     with pytest.raises(KeyError):

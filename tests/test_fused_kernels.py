@@ -31,7 +31,8 @@ from engine.train_step import Engine
 from optimizers.adagrad import Adagrad
 from optimizers.adam import Adam
 from optimizers.adamw import AdamW
-from optimizers.base import kernel_runs, trace_signature
+from optimizers.base import trace_signature
+from optimizers.fused_kernels import dense_kernel, kernel_runs
 from optimizers.rmsprop import RMSprop
 from optimizers.sgd import SGD
 from runs import commands
@@ -309,3 +310,39 @@ def test_the_fused_keyword():
     clone = RMSprop.from_config(config)
     assert clone.fused is False and clone.get_config() == config
     assert SGD.from_config(SGD().get_config()).fused is True
+
+
+class SignSGD(SGD):
+    """A student's optimizer: SGD's class with its own rule, the sign of the gradient."""
+
+    def update(self, grad, var, slots, coeffs):
+        return var - coeffs["lr_t"] * tf.sign(grad), {}
+
+
+class RenamedSGD(SGD):
+    """A subclass that keeps SGD's rule (only its name differs)."""
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.5])
+def test_a_subclass_with_its_own_rule_runs_it_not_the_inherited_kernel(momentum):
+    grad = tf.constant([0.5, -4.0, 0.0])
+    opt = SignSGD(0.1, momentum)
+    var = tf.Variable([1.0, -2.0, 3.0])
+    opt.apply_gradients([(grad, var)])  # eager: lr * sign(grad), not lr * grad
+    np.testing.assert_allclose(var.numpy(), [0.9, -1.9, 3.0], rtol=1e-6)
+
+    @tf.function
+    def step():
+        opt.apply_gradients([(grad, var)])
+
+    ops = {op.type for op in step.get_concrete_function().graph.get_operations()}
+    assert not {t for t in ops if t.startswith("ResourceApply")}, ops
+    step()
+    np.testing.assert_allclose(var.numpy(), [0.8, -1.8, 3.0], rtol=1e-6)
+    rows = tf.Variable([[1.0, 1.0], [2.0, 2.0]])  # the sparse path runs the subclass's rule too
+    opt.apply_gradients([(tf.IndexedSlices(tf.constant([[3.0, -3.0]]), tf.constant([1])),
+                          rows)])
+    np.testing.assert_allclose(rows.numpy(), [[1.0, 1.0], [1.9, 2.1]], rtol=1e-6)
+    assert dense_kernel(opt, var) is None
+    kernel = "ResourceApplyKerasMomentum" if momentum else "ResourceApplyGradientDescent"
+    assert dense_kernel(RenamedSGD(0.1, momentum), var) == kernel  # SGD's rule: its kernel

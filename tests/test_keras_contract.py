@@ -23,7 +23,7 @@ from optimizers.adagrad import Adagrad
 from optimizers.adam import Adam
 from optimizers.hyperparams import InvalidHyperparameter
 from optimizers.rmsprop import RMSprop
-from optimizers.schedules import ALLOWED_SCHEDULES, schedule_from_config
+from optimizers.keras_schedules import ALLOWED_SCHEDULES, schedule_from_config
 from optimizers.sgd import SGD
 from tests.numpy_reference import REFERENCES, initial_slots
 

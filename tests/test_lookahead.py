@@ -185,7 +185,10 @@ def test_from_config_resolves_the_inner_only_through_the_registry():
         Lookahead.from_config(wrapped)
     accumulation = registry.create("accumulation", {}, {"inner": "sgd"}).get_config()
     with pytest.raises(KeyError):
-        registry.get("accumulation").from_config(dict(accumulation, inner="os.system"))
+        registry.from_config("accumulation", dict(accumulation, inner="os.system"))
+    with pytest.raises(KeyError, match="not a registered optimizer class"):
+        registry.get("accumulation").from_config(accumulation)  # "sgd": a registry name
+    assert type(registry.from_config("accumulation", accumulation).inner) is registry.get("sgd")
 
 
 def test_accumulation_refuses_lookahead_as_inner():

@@ -110,7 +110,7 @@ def test_accumulation_passes_the_inner_options_through(inner, options):
     for key, value in options.items():
         assert getattr(wrapped.inner, key) == value
         assert wrapped.get_config()[key] == value
-    clone = type(wrapped).from_config(json.loads(json.dumps(wrapped.get_config())))
+    clone = registry.from_config("accumulation", json.loads(json.dumps(wrapped.get_config())))
     assert clone.get_config() == wrapped.get_config()
     plain = registry.create(inner, hypers, options)
     results = []

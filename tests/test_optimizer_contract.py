@@ -41,7 +41,7 @@ def test_from_config_round_trips(name, options, hypers):
     config = opt.get_config()
     for key, value in {**hypers, **options}.items():
         assert config[key] == value
-    clone = type(opt).from_config(dict(config))
+    clone = registry.from_config(name, dict(config))
     assert type(clone) is type(opt)
     assert clone.get_config() == config
 
@@ -53,7 +53,7 @@ def test_keras_serialize_deserialize_round_trips(name, options, hypers):
     assert serialized["registered_name"] == f"OptimizerLab>{type(opt).__name__}"
     by_name = {"class_name": serialized["registered_name"], "config": serialized["config"]}
     for payload in (serialized, by_name):
-        clone = tf_keras.optimizers.deserialize(payload)
+        clone = tf_keras.optimizers.deserialize(payload, custom_objects=registry.custom_objects())
         assert type(clone) is type(opt)
         assert clone.get_config() == opt.get_config()
 
@@ -270,3 +270,16 @@ def test_forward_tangents_stay_finite_with_zero_gradient(name, options, hypers):
 
 def test_variant_table_is_shared():
     assert len(VARIANTS) == len(VARIANT_PARAMS) >= 18
+
+
+@pytest.mark.parametrize("name", ["adam", "sgd", "adamw", "rmsprop", "adagrad", "diffgrad"])
+def test_docstrings_give_the_ranges_their_specs_hold(name):
+    """The shared paragraph and every hyperparameter's ranges are substituted from `HyperSpec`
+    (`hyperparams.fill_docstring`), never copied by hand."""
+    from optimizers.hyperparams import ALLOWED_VALUES
+
+    doc = " ".join(registry.get(name).__doc__.split())
+    assert "{{" not in doc
+    assert ALLOWED_VALUES in doc
+    for spec in registry.specs(name):
+        assert spec.doc_line() in doc, spec.name

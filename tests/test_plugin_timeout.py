@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizers import plugin_process, plugins, registry
+from optimizers import plugin_process, plugin_discovery as plugins, registry
 
 HANGS = "while True:\n    pass\n"
 EXITS = "import os\n\nos._exit(4)\n"

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from components import figures
-from optimizers.schedule_curves import preview_points, schedule_curve, schedule_marks
-from optimizers.schedule_specs import EFFECTIVE_LR, validate_schedule
+from schedules.preview import preview_points, schedule_curve, schedule_marks
+from schedules.table import EFFECTIVE_LR, validate_schedule
 
 CASES = [  # (class, config): every class, its branches (staircase, cycle, warm-up, t_mul = 1)
     ("ExponentialDecay", {"initial_learning_rate": 0.1, "decay_steps": 30, "decay_rate": 0.6}),
@@ -39,7 +39,7 @@ CASES = [  # (class, config): every class, its branches (staircase, cycle, warm-
                          ids=[f"{c}-{i}" for i, (c, _) in enumerate(CASES)])
 def test_numpy_curve_equals_the_keras_schedule(class_name, config):
     import tensorflow as tf
-    from optimizers.schedules import ALLOWED_SCHEDULES
+    from optimizers.keras_schedules import ALLOWED_SCHEDULES
 
     if class_name == "CosineDecay" and config["initial_learning_rate"] == 0.0:
         config = {**config, "initial_learning_rate": 0.001}  # (0, 10]: warm-up from near 0

@@ -1,7 +1,7 @@
 """Hyper-gradients with respect to learning-rate SCHEDULE parameters (`lr_schedule.<param>`).
 
 The learning rate of step t is schedule(params, t - 1) / (1 + decay (t - 1)) (OptimizerV2
-`_decayed_lr`); forward mode (tangents through `optimizers.schedule_math`), reverse mode over the
+`_decayed_lr`); forward mode (tangents through `schedules.differentiable`), reverse mode over the
 whole trajectory and central finite differences of the validation loss must agree (Franceschi
 et al. 2017, sec. 3), on a float64 tanh MLP as in tests/test_hypergradients.py.
 """
@@ -17,7 +17,8 @@ from hypergrad.forward import ForwardModeTrainer
 from hypergrad.parameters import ParameterPlan
 from hypergrad.reverse import central_difference, read_state, relative_error, reverse_hypergradient
 from optimizers import registry
-from optimizers.schedules import LiveSchedule, schedule_from_config
+from optimizers.keras_schedules import schedule_from_config
+from schedules.live import LiveSchedule
 
 STEPS = 20
 EXPONENTIAL = {"class_name": "ExponentialDecay",

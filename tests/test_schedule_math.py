@@ -1,4 +1,4 @@
-"""`optimizers.schedule_math`: the pure schedules equal tf_keras's classes at many steps, and
+"""`schedules.differentiable`: the pure schedules equal tf_keras's classes at many steps, and
 their derivatives with respect to every float parameter equal central finite differences."""
 
 from __future__ import annotations
@@ -8,10 +8,21 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from optimizers import schedule_math
+from schedules import differentiable as schedule_math
 from optimizers.hyperparams import InvalidHyperparameter
+from optimizers.keras_schedules import schedule_from_config
 
 SCHEDULES = tf_keras.optimizers.schedules
+
+
+def complete_config(field, data):
+    """(class_name, full config with Keras's defaults, `name` dropped) of a schedule dict, as
+    `schedule_from_config` rebuilds it (raises InvalidHyperparameter naming `field`)."""
+    config = dict(schedule_from_config(field, data).get_config())
+    config.pop("name", None)
+    return data["class_name"], config
+
+
 # (class_name, config): every allow-listed class, branches included (staircase, cycle,
 # warm-up, geometric and constant-length restarts).
 CASES = {
@@ -63,7 +74,7 @@ def keras_schedule(class_name, config, dtype):
 @pytest.mark.parametrize("case", list(CASES))
 def test_equals_the_keras_schedule_at_many_steps(case, dtype, tolerance):
     class_name, config = CASES[case]
-    _, full = schedule_math.complete_config("lr_schedule", {"class_name": class_name,
+    _, full = complete_config("lr_schedule", {"class_name": class_name,
                                                             "config": config})
     reference = keras_schedule(class_name, config, dtype)
     for step in STEPS:
@@ -80,7 +91,7 @@ def test_derivatives_equal_central_differences(case):
     """d lr(s) / d parameter by a tape == (lr(p + h) - lr(p - h)) / 2h, float64, every float
     parameter, at steps inside pieces (not on a kink where the derivative jumps)."""
     class_name, config = CASES[case]
-    _, full = schedule_math.complete_config("lr_schedule", {"class_name": class_name,
+    _, full = complete_config("lr_schedule", {"class_name": class_name,
                                                             "config": config})
     names = schedule_math.float_parameter_names(class_name, full)
     assert names
@@ -163,7 +174,7 @@ def test_parameter_names_and_refusals():
     assert schedule_math.float_parameter_names(
         "PiecewiseConstantDecay", {"boundaries": [1, 2], "values": [0.3, 0.2, 0.1]}
     ) == ["values.0", "values.1", "values.2"]
-    _, cosine = schedule_math.complete_config(
+    _, cosine = complete_config(
         "lr_schedule", {"class_name": "CosineDecay",
                         "config": {"initial_learning_rate": 0.1, "decay_steps": 5}})
     assert schedule_math.float_parameter_names("CosineDecay", cosine) == [
@@ -173,5 +184,5 @@ def test_parameter_names_and_refusals():
     with pytest.raises(KeyError, match="'beta'"):
         schedule_math.with_parameters(cosine, {"beta": 1.0})
     with pytest.raises(InvalidHyperparameter, match="lr_schedule.config.decay_stepz"):
-        schedule_math.complete_config("lr_schedule", {"class_name": "ExponentialDecay",
+        complete_config("lr_schedule", {"class_name": "ExponentialDecay",
                                                       "config": {"decay_stepz": 3}})

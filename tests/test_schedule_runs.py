@@ -11,7 +11,7 @@ import pytest
 from engine import recording
 from engine.record_rows import HyperChangeRow
 from engine.train_step import Engine
-from optimizers.schedule_curves import schedule_curve
+from schedules.preview import schedule_curve
 from runs import commands
 from runs.run_loop import _Run
 from runs.store import RunStore

@@ -12,7 +12,7 @@ import pydantic
 import pytest
 
 from lab_cli.cli import build_parser, config_from_args
-from optimizers.schedule_specs import SCHEDULE_SPECS, default_config, validate_schedule
+from schedules.table import SCHEDULE_SPECS, params, validate_schedule
 from settings import fields
 from settings.cli_flags import FlagError
 from tests.cli_argv import to_argv
@@ -29,24 +29,31 @@ RESTARTS = {"class_name": "CosineDecayRestarts",
             "config": {"initial_learning_rate": 0.05, "first_decay_steps": 80, "t_mul": 1.5}}
 
 
+def default_config(class_name):
+    """`{"class_name": class_name, "config": {every parameter: its default}}`."""
+    return {"class_name": class_name,
+            "config": {p.name: (list(p.default) if isinstance(p.default, list) else p.default)
+                       for p in params(class_name)}}
+
+
 def test_spec_table_matches_the_keras_classes():
-    from optimizers.schedules import ALLOWED_SCHEDULES
+    from optimizers.keras_schedules import ALLOWED_SCHEDULES
 
     assert list(SCHEDULE_SPECS) == list(ALLOWED_SCHEDULES)
     for name, cls in ALLOWED_SCHEDULES.items():
         keras_params = set(inspect.signature(cls.__init__).parameters) - {"self", "name"}
         assert {p.name for p in SCHEDULE_SPECS[name]} == keras_params, name
         # every default builds a working Keras schedule
-        from optimizers.schedules import schedule_from_config
+        from optimizers.keras_schedules import schedule_from_config
 
         schedule_from_config("lr_schedule", default_config(name))
 
 
 def test_validation_does_not_import_tensorflow():
     code = ("import sys; from settings.run_config import RunConfig; "
-            "from optimizers.schedule_specs import validate_schedule; "
+            "from schedules.table import validate_schedule; "
             f"validate_schedule('lr_schedule', {COSINE!r}); "
-            "print('tensorflow' in sys.modules, 'optimizers.schedules' in sys.modules)")
+            "print('tensorflow' in sys.modules, 'optimizers.keras_schedules' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, cwd=str(__import__('pathlib').Path(__file__).parents[1]))
     assert out.returncode == 0, out.stderr[-2000:]

@@ -22,13 +22,12 @@ def isolated_registry():
     other test modules of the same session see the stock registry and environment."""
     import os
 
-    from optimizers import plugins, registry
+    from optimizers import plugin_discovery as plugins, registry
 
-    saved = dict(registry.OPTIMIZERS)
+    saved = registry.snapshot()
     env = {name: os.environ.get(name) for name in (plugins.ENV_VAR, plugins.LOADED_ENV_VAR)}
     yield
-    registry.OPTIMIZERS.clear()
-    registry.OPTIMIZERS.update(saved)
+    registry.restore(saved)
     for name, value in env.items():
         if value is None:
             os.environ.pop(name, None)

@@ -11,7 +11,7 @@ import streamlit as st
 
 from components import lesson_panel
 from components.plugin_loader import load_plugins
-from optimizers import contract, plugins, registry
+from optimizers import contract, plugin_discovery as plugins, registry
 
 HOW_TO = """
 **Start from the template**: copy `plugins/template_optimizer.py` (SGD with gradient

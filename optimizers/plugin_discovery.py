@@ -20,7 +20,7 @@ A folder that does not exist is reported by `folder_problem`; a file that fails 
 
 `discover` imports in this process (tests, tools, the run process). The server and the command
 line use `discover_bounded`: every file is imported and checked in a child process
-(`python -m optimizers.plugins --check FILE...`, see `optimizers.plugin_process`) with a time
+(`python -m optimizers.plugin_discovery --check FILE...`, see `optimizers.plugin_process`) with a time
 limit; the child also describes each passing class as catalog data (`ClassReport.catalog`:
 specs, options, `is_rule`, where the class lives), which the caller registers WITHOUT importing
 the file, so neither the server nor the CLI's parsing imports TensorFlow for plugins. A file that
@@ -159,6 +159,24 @@ def import_plugin(path: Path) -> tuple[object | None, str | None]:
         result = (None, "".join(traceback.format_exception(error)).strip())
     _MODULES[key] = result
     return result
+
+
+def load_class(path: Path, attribute: str) -> type:
+    """Class `attribute` of plugin file `path` (imported once per process): the loader this
+    module hands the registry (`registry.use_plugin_loader`) for the entries it registers.
+
+    Raises:
+        ImportError: the file no longer imports (the message ends with its last error line).
+        AttributeError: the file has no such class.
+    """
+    module, error = import_plugin(path)
+    if module is None:
+        raise ImportError(f"plugin {path} no longer imports: "
+                          f"{(error or '').strip().splitlines()[-1:]}")
+    return getattr(module, attribute)
+
+
+registry.use_plugin_loader(load_class)
 
 
 def optimizer_classes(module: object) -> list[type]:
@@ -377,7 +395,7 @@ def ensure_registered(name: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m optimizers.plugins --check FILE...`: the check process of `discover_bounded`.
+    """`python -m optimizers.plugin_discovery --check FILE...`: the check process of `discover_bounded`.
 
     Imports and contract-checks each file in turn (nothing registered) and writes one JSON line
     per event on its stdout (protocol: `optimizers.plugin_process`); the plugins' own output,
@@ -385,7 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "--check":
-        print("usage: python -m optimizers.plugins --check FILE...", file=sys.stderr)
+        print("usage: python -m optimizers.plugin_discovery --check FILE...", file=sys.stderr)
         return 2
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
@@ -395,7 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         channel.write(json.dumps(event) + "\n")
         channel.flush()
 
-    # TensorFlow before "ready": its import time (this module no longer pulls it in) must not
+    # TensorFlow before "ready": its import time (this module does not import it) must not
     # count against the first plugin's import limit
     import optimizers.base  # noqa: F401  (imported for its side effect: TensorFlow loaded)
 

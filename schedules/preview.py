@@ -3,9 +3,9 @@ iteration (`schedule_curve`), the Train page's preview (`preview_points`) and th
 schedule changes regime (`schedule_marks`), for the loss chart's boundary lines.
 
 TensorFlow-free (the server draws these); the formulas are the tf_keras schedule classes'
-documented ones (`optimizers.schedule_specs.KERAS_DOC`), tested against those classes to 1e-12
+(listed once in the `schedules` package docstring), tested against those classes to 1e-12
 (`tests/test_schedule_figures.py`). The differentiable TensorFlow twins are
-`optimizers.schedule_math`.
+`schedules.differentiable`.
 """
 
 from __future__ import annotations
@@ -19,17 +19,8 @@ def schedule_curve(data: Mapping[str, Any] | None, iterations: np.ndarray,
                    learning_rate: float = 0.01, decay: float = 0.0) -> np.ndarray:
     """The learning rate `_decayed_lr` gives at each optimizer iteration, in NumPy (float64).
 
-    Formulas of tf_keras 2.21 (`tf_keras.optimizers.schedules.<class>.__call__`), `t` the
-    iteration count (`optimizer.iterations`, 0 at the first step):
-        ExponentialDecay: lr0 * rate ** p, p = t / decay_steps (floored if staircase);
-        InverseTimeDecay: lr0 / (1 + rate * p), p as above;
-        PiecewiseConstantDecay: values[i] for boundaries[i-1] < t <= boundaries[i];
-        PolynomialDecay: (lr0 - end) * (1 - t' / D) ** power + end, t' = min(t, D) and D =
-            decay_steps, or D = decay_steps * ceil(t / decay_steps) (1 at t = 0) when cycling;
-        CosineDecay: lr0 * ((1 - alpha) * 0.5 * (1 + cos(pi * min(t, D) / D)) + alpha); with
-            `warmup_target` w: linear from lr0 to w over `warmup_steps` W, then the cosine
-            from w over t - W (Loshchilov & Hutter 2017, eq. 5; Goyal et al. 2017);
-        CosineDecayRestarts: SGDR, periods first_decay_steps * t_mul ** i, peak lr0 * m_mul ** i.
+    Formulas: the `schedules` package docstring (tf_keras 2.21's classes), `t` the iteration
+    count (`optimizer.iterations`, 0 at the first step).
     Then the legacy `decay` (Keras OptimizerV2): lr / (1 + decay * t).
 
     Args:

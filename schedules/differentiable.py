@@ -3,31 +3,13 @@
 A `tf_keras.optimizers.schedules.LearningRateSchedule` stores its parameters as Python numbers
 and casts them to constants when called, so no tangent or gradient can flow from them. The
 hyper-gradient engine needs d(learning rate at step s)/d(schedule parameter): this module
-re-states each allow-listed schedule (`optimizers.schedules.ALLOWED_SCHEDULES`) as
+re-states each allow-listed schedule (`optimizers.keras_schedules.ALLOWED_SCHEDULES`) as
 `learning_rate(class_name, params, step)` where every FLOAT parameter may be a tensor carrying a
 tangent (or watched by a tape), while integer / bool / boundary parameters (`decay_steps`,
 `warmup_steps`, `first_decay_steps`, `staircase`, `cycle`, `boundaries`) are constants: they
 pick a branch or a piece, and the schedule is piecewise constant in them.
 
-Formulas (tf_keras 2.x docs, `tf_keras.optimizers.schedules.<Class>`; s = step, a float):
-
-* ExponentialDecay: lr0 * decay_rate ** p, p = s / decay_steps (floor(p) if staircase).
-* InverseTimeDecay: lr0 / (1 + decay_rate * p), p as above.
-* PiecewiseConstantDecay: values[0] for s <= boundaries[0], values[i] for
-  boundaries[i-1] < s <= boundaries[i], values[-1] for s > boundaries[-1].
-* PolynomialDecay: (lr0 - end) * (1 - p) ** power + end, p = min(s, decay_steps) / decay_steps;
-  with cycle, p = s / (decay_steps * max(1, ceil(s / decay_steps))).
-* CosineDecay (Loshchilov & Hutter 2017, SGDR, arXiv:1608.03983, eq. 5 without restarts):
-  s' = min(s, decay_steps), lr0 * ((1 - alpha) * 0.5 * (1 + cos(pi s' / decay_steps)) + alpha).
-  With warm-up (`warmup_target` not None; Goyal et al. 2017, arXiv:1706.02677, sec. 2.2):
-  s' = min(s, warmup_steps + decay_steps); for s' < warmup_steps the linear ramp
-  lr0 + (warmup_target - lr0) * s' / warmup_steps, then the cosine decay from warmup_target
-  at s' - warmup_steps.
-* CosineDecayRestarts (SGDR, eq. 5 with restarts): f = s / first_decay_steps; restart
-  i = floor(f) and f -= i if t_mul == 1, else i = floor(log(1 - f (1 - t_mul)) / log t_mul),
-  f = (f - (1 - t_mul**i) / (1 - t_mul)) / t_mul**i; then
-  lr0 * ((1 - alpha) * 0.5 * m_mul**i * (1 + cos(pi f)) + alpha).
-* Legacy `decay` of OptimizerV2 `_decayed_lr`: lr / (1 + decay * iterations).
+Formulas: the `schedules` package docstring (written once for this module and `preview`).
 
 The restart index and staircase floors are piecewise constant: their derivative is 0 (the
 `tf.stop_gradient` below says so explicitly rather than relying on Floor's missing gradient).
@@ -40,7 +22,7 @@ from typing import Any, Mapping
 
 import tensorflow as tf
 
-from optimizers.schedules import ALLOWED_SCHEDULES, schedule_from_config
+from optimizers.keras_schedules import ALLOWED_SCHEDULES
 
 # class_name -> the float parameters that may carry tangents (a list parameter, i.e.
 # PiecewiseConstantDecay's `values`, is expanded to `values.0`, `values.1`, ...).
@@ -53,21 +35,6 @@ FLOAT_PARAMETERS: dict[str, tuple[str, ...]] = {
     "CosineDecayRestarts": ("initial_learning_rate", "t_mul", "m_mul", "alpha"),
 }
 assert set(FLOAT_PARAMETERS) == set(ALLOWED_SCHEDULES)
-
-
-def complete_config(field: str, data: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """(class_name, full config with Keras's defaults) of a serialized schedule dict.
-
-    Validated by `optimizers.schedules.schedule_from_config` (allow-list, plain JSON values,
-    finite learning rate); the config is the rebuilt schedule's `get_config()` without `name`.
-
-    Raises:
-        InvalidHyperparameter: as `schedule_from_config`, naming `field`.
-    """
-    schedule = schedule_from_config(field, data)
-    config = dict(schedule.get_config())
-    config.pop("name", None)
-    return data["class_name"], config
 
 
 def float_parameter_names(class_name: str, config: Mapping[str, Any]) -> list[str]:
@@ -128,14 +95,14 @@ def learning_rate(class_name: str, params: Mapping[str, Any], step: tf.Tensor) -
 
     Args:
         class_name: one of `FLOAT_PARAMETERS` (the allow-listed tf_keras schedules).
-        params: the schedule's full config (`complete_config`); float parameters may be Python
+        params: the schedule's full config (its Keras `get_config()`); float parameters may be Python
             floats or scalar tensors (they are cast to `step.dtype`), integer / bool / list
             parameters are Python values.
         step: scalar float tensor (float32 or float64): the number of updates already applied.
 
     Returns:
         Scalar tensor of `step.dtype`, differentiable with respect to every float parameter
-        given as a tensor (formulas: module docstring).
+        given as a tensor (formulas: the `schedules` package docstring).
 
     Raises:
         KeyError: an unknown class name or a missing parameter.
@@ -242,5 +209,5 @@ def legacy_decay_factor(decay: Any, step: tf.Tensor) -> tf.Tensor:
     return 1.0 / (1.0 + _as(decay, step.dtype) * step)
 
 
-__all__ = ["FLOAT_PARAMETERS", "complete_config", "float_parameter_names", "learning_rate",
+__all__ = ["FLOAT_PARAMETERS", "float_parameter_names", "learning_rate",
            "legacy_decay_factor", "parameter_value", "with_parameters"]

@@ -1,16 +1,12 @@
-"""The learning-rate schedules a run may use, as a TensorFlow-free table, plus their maths in NumPy.
+"""The learning-rate schedules a run may use, as a TensorFlow-free table.
 
-`SCHEDULE_SPECS` maps each allow-listed Keras class (`optimizers.schedules.ALLOWED_SCHEDULES`
+`SCHEDULE_SPECS` maps each allow-listed Keras class (`optimizers.keras_schedules.ALLOWED_SCHEDULES`
 holds the tf_keras classes themselves; a test keeps the two tables equal) to its constructor
 parameters: name, kind (`float`, `int`, `bool`, `floats`/`ints` = a list), default, UI range,
 log scale, help. Settings validate a run's `lr_schedule` against it (`validate_schedule`) without
 importing TensorFlow; the run worker then builds the real schedule with
-`optimizers.schedules.schedule_from_config`.
-
-`schedule_curve` evaluates a schedule in NumPy from the formulas of the tf_keras docs
-(`tf_keras.optimizers.schedules`, TF 2.21, each class's `__call__`), for the Train page's preview;
-`schedule_marks` lists the steps where a schedule changes regime (boundaries, restarts, staircase
-steps, warm-up end). A run's step `t` (1-based) uses the schedule at `iterations = t - 1`.
+`optimizers.keras_schedules.schedule_from_config`. The curves in NumPy are `schedules.preview`.
+A run's step `t` (1-based) uses the schedule at `iterations = t - 1`.
 
 The serialized form is Keras's: `{"class_name": "ExponentialDecay", "config": {...}}`.
 """
@@ -163,20 +159,13 @@ def float_params(data: Mapping[str, Any] | None) -> tuple[str, ...]:
     """Names of the float parameters of a validated schedule that are set (not None): the
     ones whose hyper-gradient may be followed as `lr_schedule.<name>`. `t_mul` = 1 is left out:
     there Keras switches CosineDecayRestarts to its equal-periods formula, so the learning rate
-    has no derivative in `t_mul` (`optimizers.schedule_math`)."""
+    has no derivative in `t_mul` (`schedules.differentiable`)."""
     if not data:
         return ()
     config = data["config"]
     return tuple(p.name for p in params(data["class_name"])
                  if p.kind == "float" and config.get(p.name) is not None
                  and not (p.name == "t_mul" and float(config[p.name]) == 1.0))
-
-
-def default_config(class_name: str) -> dict[str, Any]:
-    """`{"class_name": class_name, "config": {every parameter: its default}}`."""
-    return {"class_name": class_name,
-            "config": {p.name: (list(p.default) if isinstance(p.default, list) else p.default)
-                       for p in params(class_name)}}
 
 
 def _number(field: str, value: Any, spec: ScheduleParam, integer: bool) -> float | int:
@@ -313,6 +302,6 @@ def parse_param_text(field: str, class_name: str, name: str, text: str) -> Any:
     return numbers_ if spec.kind in ("floats", "ints") else numbers_[0]
 
 
-__all__ = ["EFFECTIVE_LR", "KERAS_DOC", "SCHEDULE_SPECS", "ScheduleError", "ScheduleParam", "default_config",
+__all__ = ["EFFECTIVE_LR", "KERAS_DOC", "SCHEDULE_SPECS", "ScheduleError", "ScheduleParam",
            "float_params", "param_text", "params", "parse_param_text", "structure",
            "validate_schedule"]
