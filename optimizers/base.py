@@ -82,7 +82,8 @@ def shortest_float(value: Any) -> Any:
 XLA_KERNELS = frozenset({"ResourceApplyAdam", "ResourceApplyKerasMomentum",
                          "ResourceApplyGradientDescent",
                          "ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp",
-                         "ResourceApplyAdagradV2"})
+                         "ResourceApplyAdagradV2", "ResourceApplyAdadelta",
+                         "ResourceApplyAdaMax", "ResourceApplyFtrlV2"})
 XLA_KERNEL_DTYPES = frozenset({tf.float16, tf.bfloat16, tf.float32, tf.float64})
 
 

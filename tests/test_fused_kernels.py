@@ -28,6 +28,7 @@ import tf_keras
 
 from engine.record_rows import HyperChangeRow
 from engine.train_step import Engine
+from optimizers.adadelta import Adadelta
 from optimizers.adagrad import Adagrad
 from optimizers.adam import Adam
 from optimizers.adamw import AdamW
@@ -71,6 +72,9 @@ CASES = {
     "adagrad": (lambda lr, **kw: Adagrad(lr, **kw), lambda lr, **kw: LEGACY.Adagrad(lr, **kw),
                 "ResourceApplyAdagradV2", REAL + COMPLEX, ()),
     "adamw": (lambda lr, **kw: AdamW(lr, **kw), None, None, REAL, ()),
+    "adadelta": (lambda lr, **kw: Adadelta(lr, **kw),
+                 lambda lr, **kw: LEGACY.Adadelta(lr, **kw),
+                 "ResourceApplyAdadelta", REAL + COMPLEX, ()),
 }
 # max |fused - rule| allowed after 20 steps, relative to max(1, |value|): a few ulps of the
 # dtype per step (the kernels' rounding), bfloat16/float16 with 8/11-bit mantissas

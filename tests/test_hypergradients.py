@@ -32,6 +32,7 @@ CASES = {
     "rmsprop-centered": ({"learning_rate": 0.01, "momentum": 0.5}, {"centered": True}),
     "adagrad": ({"learning_rate": 0.1}, {}),
     "diffgrad": ({"learning_rate": 0.05}, {}),
+    "adadelta": ({"learning_rate": 1.0, "epsilon": 1e-4}, {}),
     "accumulation": ({"learning_rate": 0.05}, {"inner": "adam", "accumulation_steps": 2}),
 }
 

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
+from optimizers.adadelta import Adadelta
 from optimizers.adagrad import Adagrad
 from optimizers.adam import Adam
 from optimizers.rmsprop import RMSprop
@@ -21,7 +22,7 @@ from optimizers.sgd import SGD
 
 K = tf_keras.optimizers.legacy
 S = tf_keras.optimizers.schedules
-LAB = {"SGD": SGD, "Adam": Adam, "RMSprop": RMSprop, "Adagrad": Adagrad}
+LAB = {"SGD": SGD, "Adam": Adam, "RMSprop": RMSprop, "Adagrad": Adagrad, "Adadelta": Adadelta}
 STEPS, BATCH = 20, 8
 
 
@@ -84,6 +85,16 @@ DROP_IN = [
     ("Adagrad", "decay", lambda: {"learning_rate": 0.1, "decay": 0.3}),
     ("Adagrad", "tensor-lr", lambda: {"learning_rate": tf.constant(0.1)}),
     ("Adagrad", "clipvalue", lambda: {"learning_rate": 0.1, "clipvalue": 0.05}),
+    ("Adadelta", "paper-lr", lambda: {"learning_rate": 1.0}),
+    ("Adadelta", "rho-epsilon", lambda: {"learning_rate": 1.0, "rho": 0.8, "epsilon": 1e-4}),
+    ("Adadelta", "lr-alias", lambda: {"lr": 2.0}),
+    ("Adadelta", "epsilon-0", lambda: {"learning_rate": 1.0, "epsilon": 0}),
+    ("Adadelta", "schedule", lambda: {"learning_rate": S.ExponentialDecay(2.0, 4, 0.6)}),
+    ("Adadelta", "decay", lambda: {"learning_rate": 1.0, "decay": 0.2}),
+    ("Adadelta", "callable-rho", lambda: {"learning_rate": 1.0, "rho": lambda: 0.7}),
+    ("Adadelta", "tensor-lr", lambda: {"learning_rate": tf.constant(1.5)}),
+    ("Adadelta", "variable-rho", lambda: {"learning_rate": 1.0, "rho": tf.Variable(0.9)}),
+    ("Adadelta", "clipnorm", lambda: {"learning_rate": 1.0, "clipnorm": 0.05}),
 ]
 
 
@@ -144,16 +155,21 @@ def test_table_covers_every_constructor_argument():
     assert {"lr", "clipnorm", "clipvalue", "global_clipnorm"} <= all_used
 
 
-@pytest.mark.parametrize("opt_name", ["SGD", "Adam", "RMSprop", "Adagrad"])
+# Adadelta's step is learning_rate * RMS[update] / RMS[grad] * grad, ~sqrt(epsilon) at first
+DTYPE_SCHEDULE = {"Adadelta": lambda: S.ExponentialDecay(20.0, decay_steps=3, decay_rate=0.7)}
+
+
+@pytest.mark.parametrize("opt_name", ["SGD", "Adam", "RMSprop", "Adagrad", "Adadelta"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
 def test_drop_in_other_float_dtypes(opt_name, dtype):
     """Keras and the lab agree in every float dtype Keras supports (custom loop, 10 steps)."""
-    kwargs = {"learning_rate": _exp(), "decay": 0.05}
+    schedule = DTYPE_SCHEDULE.get(opt_name, _exp)
+    kwargs = {"learning_rate": schedule(), "decay": 0.05}
     if opt_name in ("SGD", "RMSprop"):
         kwargs["momentum"] = 0.5
     results = []
     for opt in (getattr(K, opt_name)(**kwargs), LAB[opt_name](**{**kwargs,
-                                                                 "learning_rate": _exp()})):
+                                                                 "learning_rate": schedule()})):
         var = tf.Variable(np.linspace(-1.0, 1.0, 12).reshape(3, 4), dtype=dtype)
         for t in range(10):
             grad = tf.cast(np.cos(np.arange(12.0).reshape(3, 4) * (t + 1)), dtype)
@@ -165,10 +181,10 @@ def test_drop_in_other_float_dtypes(opt_name, dtype):
     assert np.max(np.abs(results[0] - np.linspace(-1.0, 1.0, 12).reshape(3, 4))) > 1e-3
 
 
-@pytest.mark.parametrize("opt_name", ["SGD", "RMSprop", "Adagrad"])
+@pytest.mark.parametrize("opt_name", ["SGD", "RMSprop", "Adagrad", "Adadelta"])
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 def test_drop_in_complex(opt_name, dtype):
-    """SGD, RMSprop and Adagrad take complex variables as the Keras built-ins do."""
+    """SGD, RMSprop, Adagrad and Adadelta take complex variables as the Keras built-ins do."""
     kwargs = {"learning_rate": 0.05}
     if opt_name in ("SGD", "RMSprop"):
         kwargs["momentum"] = 0.5
@@ -182,3 +198,94 @@ def test_drop_in_complex(opt_name, dtype):
         results.append(var.numpy())
     tol = 1e-5 if dtype == "complex64" else 1e-9  # epsilon: a float32 variable here
     np.testing.assert_allclose(results[1], results[0], rtol=tol, atol=tol)
+
+
+# ----- dense and sparse, float32 and float64: weights and every Keras slot at every step -------
+# Keras's sparse updates of these optimizers are kernels or plain ops whose semantics the lab
+# keeps (Adadelta, Adamax and Ftrl: only the rows in the batch change, slots included; Nadam:
+# every row's moments decay, only the rows in the batch move).
+SPARSE_DROP_IN = [
+    ("Adadelta", lambda: {"learning_rate": 1.0, "rho": 0.9}),
+    ("Adadelta", lambda: {"learning_rate": S.InverseTimeDecay(2.0, 3, 0.5), "epsilon": 2**-16}),
+]
+# max |lab - Keras| allowed over weights and slots, 8 steps: float32 rounding; float64 is
+# limited by the hyperparameters the lab keeps in float32 variables (Keras: Python floats)
+DROP_IN_TOL = {"float32": 2e-6, "float64": 1e-9}
+ROWS = [[0, 3], [1, 3, 4], [3], [0, 2, 4], [1], [0, 1, 2, 3, 4], [4, 0], [2]]
+
+
+def sparse_drop_in_run(opt, dtype: str, sparse: bool) -> tuple[tf.Variable, list]:
+    """8 steps on a [5, 3] table: the gradient of rows `ROWS[t]` as IndexedSlices, or the same
+    rows as a dense gradient zero elsewhere; returns the variable and its state per step."""
+    var = tf.Variable(np.linspace(-1.0, 1.0, 15).reshape(5, 3), dtype=dtype)
+    states = []
+    for t, rows in enumerate(ROWS):
+        values = np.cos(np.arange(len(rows) * 3.0).reshape(len(rows), 3) * (t + 1) + 0.3)
+        values = tf.constant(values, dtype)
+        if sparse:
+            grad = tf.IndexedSlices(values, tf.constant(rows), tf.constant([5, 3]))
+        else:
+            grad = tf.scatter_nd(tf.constant(rows)[:, None], values, [5, 3])
+        opt.apply_gradients([(grad, var)])
+        states.append(var.numpy().copy())
+    return var, states
+
+
+def drop_in_gap(opt_name: str, kwargs, dtype: str, sparse: bool) -> float:
+    """max |lab - Keras| over the variable at every step and every Keras slot at the end."""
+    keras_opt, lab_opt = getattr(K, opt_name)(**kwargs()), LAB[opt_name](**kwargs())
+    k_var, k_states = sparse_drop_in_run(keras_opt, dtype, sparse)
+    l_var, l_states = sparse_drop_in_run(lab_opt, dtype, sparse)
+    gaps = [np.max(np.abs(a - b)) for a, b in zip(k_states, l_states)]
+    assert keras_opt.get_slot_names(), opt_name
+    for slot in keras_opt.get_slot_names():
+        gaps.append(np.max(np.abs(lab_opt.get_slot(l_var, slot).numpy()
+                                  - keras_opt.get_slot(k_var, slot).numpy())))
+    assert np.max(np.abs(k_states[-1] - np.linspace(-1.0, 1.0, 15).reshape(5, 3))) > 1e-3
+    return float(max(gaps))
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("opt_name,kwargs", [pytest.param(n, k, id=f"{n}-{i}") for i, (n, k)
+                                             in enumerate(SPARSE_DROP_IN)])
+def test_drop_in_dense_and_sparse_weights_and_slots(opt_name, kwargs, dtype, sparse):
+    assert drop_in_gap(opt_name, kwargs, dtype, sparse) <= DROP_IN_TOL[dtype]
+
+
+def test_sparse_leaves_rows_outside_the_batch_as_keras_does():
+    """Adadelta: a row absent from every batch keeps its value and zero slots (lazy), in Keras
+    and in the lab; the dense path with the same zero rows is the same here."""
+    for cls in (K.Adadelta, Adadelta):
+        opt = cls(learning_rate=1.0)
+        var = tf.Variable(np.ones((4, 2)))
+        for _ in range(3):
+            opt.apply_gradients([(tf.IndexedSlices(tf.ones((1, 2), tf.float64),
+                                                   tf.constant([1]), tf.constant([4, 2])), var)])
+        np.testing.assert_array_equal(var.numpy()[[0, 2, 3]], 1.0)
+        assert np.all(var.numpy()[1] < 1.0)
+        for slot in opt.get_slot_names():
+            np.testing.assert_array_equal(opt.get_slot(var, slot).numpy()[[0, 2, 3]], 0.0)
+
+
+@pytest.mark.parametrize("opt_name,kwargs", [
+    *[pytest.param(n, {}, id=f"{n}-default") for n in LAB],
+    pytest.param("SGD", {"momentum": 0.9}, id="SGD-momentum"),
+    pytest.param("SGD", {"learning_rate": S.InverseTimeDecay(0.5, decay_steps=1.0,
+                                                            decay_rate=0.1)}, id="SGD-schedule"),
+    pytest.param("Adadelta", {"rho": 0.8, "epsilon": 1e-4, "decay": 0.01}, id="Adadelta-set"),
+])
+def test_keras_config_keys_defaults_and_round_trip(opt_name, kwargs):
+    """Every key of Keras's `get_config()` is in the lab's with the same value (defaults
+    included: `decay` too), and the lab's `from_config` rebuilds Keras's own config (a schedule
+    as Keras writes it: `"name": None`, float `decay_steps`) to the same config."""
+    keras_config = getattr(K, opt_name)(**kwargs).get_config()
+    lab_config = LAB[opt_name](**kwargs).get_config()
+    assert set(keras_config) <= set(lab_config), set(keras_config) - set(lab_config)
+    for key, value in keras_config.items():
+        if isinstance(value, float):  # Keras reads its hypers back from float32 variables
+            assert np.float32(lab_config[key]) == np.float32(value), key
+        else:
+            assert lab_config[key] == value, key
+    rebuilt = LAB[opt_name].from_config(dict(keras_config)).get_config()
+    assert rebuilt == lab_config

@@ -27,6 +27,8 @@ VARIANTS = [
     ("adagrad", "adagrad", {}, {"learning_rate": 0.1}),
     ("adagrad-init1", "adagrad", {"initial_accumulator_value": 1.0}, {"learning_rate": 0.1}),
     ("diffgrad", "diffgrad", {}, {"learning_rate": 0.01}),
+    ("adadelta", "adadelta", {}, {"learning_rate": 1.0}),
+    ("adadelta-rho", "adadelta", {}, {"learning_rate": 0.5, "rho": 0.9, "epsilon": 1e-6}),
     ("accum-sgd-k2", "accumulation", {"inner": "sgd", "accumulation_steps": 2},
      {"learning_rate": 0.1, "momentum": 0.9}),
     ("accum-sgd-k3", "accumulation", {"inner": "sgd", "accumulation_steps": 3},
@@ -117,6 +119,10 @@ KERAS_CASES = [
                  id="rmsprop-centered-momentum"),
     pytest.param("adagrad", {}, {"learning_rate": 0.1}, lambda: LEGACY.Adagrad(0.1),
                  id="adagrad"),
+    pytest.param("adadelta", {}, {"learning_rate": 1.0}, lambda: LEGACY.Adadelta(1.0),
+                 id="adadelta"),
+    pytest.param("adadelta", {}, {"learning_rate": 0.5, "rho": 0.8, "epsilon": 1e-4},
+                 lambda: LEGACY.Adadelta(0.5, rho=0.8, epsilon=1e-4), id="adadelta-rho"),
 ]
 
 
