@@ -254,6 +254,7 @@ BUILTINS: dict[str, CatalogEntry] = {entry.name: entry for entry in (
                       OptionRange(0.0, math.inf, "a finite float >= 0")),)),
     _builtin("diffgrad", "diffgrad", "DiffGrad", (LEARNING_RATE, BETA_1, BETA_2, EPSILON)),
     _builtin("adadelta", "adadelta", "Adadelta", (LEARNING_RATE, ADADELTA_RHO, EPSILON)),
+    _builtin("adamax", "adamax", "Adamax", (LEARNING_RATE, BETA_1, ADAMAX_BETA_2, EPSILON)),
     _builtin("accumulation", "accumulation", "GradientAccumulation", (),
              (("inner", "adam"), ("accumulation_steps", 2)), is_rule=True,
              wrapper=WrapperRule(inner_specs_only=True, inner_must_be_rule=True,

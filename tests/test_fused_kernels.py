@@ -30,6 +30,7 @@ from engine.record_rows import HyperChangeRow
 from engine.train_step import Engine
 from optimizers.adadelta import Adadelta
 from optimizers.adagrad import Adagrad
+from optimizers.adamax import Adamax
 from optimizers.adam import Adam
 from optimizers.adamw import AdamW
 from optimizers.base import kernel_runs, trace_signature
@@ -75,6 +76,8 @@ CASES = {
     "adadelta": (lambda lr, **kw: Adadelta(lr, **kw),
                  lambda lr, **kw: LEGACY.Adadelta(lr, **kw),
                  "ResourceApplyAdadelta", REAL + COMPLEX, ()),
+    "adamax": (lambda lr, **kw: Adamax(lr, **kw), lambda lr, **kw: LEGACY.Adamax(lr, **kw),
+               "ResourceApplyAdaMax", REAL, ()),
 }
 # max |fused - rule| allowed after 20 steps, relative to max(1, |value|): a few ulps of the
 # dtype per step (the kernels' rounding), bfloat16/float16 with 8/11-bit mantissas

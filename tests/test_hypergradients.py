@@ -33,6 +33,7 @@ CASES = {
     "adagrad": ({"learning_rate": 0.1}, {}),
     "diffgrad": ({"learning_rate": 0.05}, {}),
     "adadelta": ({"learning_rate": 1.0, "epsilon": 1e-4}, {}),
+    "adamax": ({"learning_rate": 0.05}, {}),
     "accumulation": ({"learning_rate": 0.05}, {"inner": "adam", "accumulation_steps": 2}),
 }
 

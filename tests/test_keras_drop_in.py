@@ -17,12 +17,14 @@ import tf_keras
 from optimizers.adadelta import Adadelta
 from optimizers.adagrad import Adagrad
 from optimizers.adam import Adam
+from optimizers.adamax import Adamax
 from optimizers.rmsprop import RMSprop
 from optimizers.sgd import SGD
 
 K = tf_keras.optimizers.legacy
 S = tf_keras.optimizers.schedules
-LAB = {"SGD": SGD, "Adam": Adam, "RMSprop": RMSprop, "Adagrad": Adagrad, "Adadelta": Adadelta}
+LAB = {"SGD": SGD, "Adam": Adam, "RMSprop": RMSprop, "Adagrad": Adagrad, "Adadelta": Adadelta,
+       "Adamax": Adamax}
 STEPS, BATCH = 20, 8
 
 
@@ -95,6 +97,19 @@ DROP_IN = [
     ("Adadelta", "tensor-lr", lambda: {"learning_rate": tf.constant(1.5)}),
     ("Adadelta", "variable-rho", lambda: {"learning_rate": 1.0, "rho": tf.Variable(0.9)}),
     ("Adadelta", "clipnorm", lambda: {"learning_rate": 1.0, "clipnorm": 0.05}),
+    ("Adamax", "default", lambda: {}),
+    ("Adamax", "betas", lambda: {"learning_rate": 0.01, "beta_1": 0.5, "beta_2": 0.8}),
+    ("Adamax", "lr-alias", lambda: {"lr": 0.02}),
+    ("Adamax", "epsilon-0", lambda: {"learning_rate": 0.01, "epsilon": 0}),
+    ("Adamax", "epsilon-big", lambda: {"learning_rate": 0.01, "epsilon": 0.5}),
+    ("Adamax", "cosine-warmup", lambda: {"learning_rate": S.CosineDecay(
+        0.0, 20, alpha=0.1, warmup_target=0.02, warmup_steps=5)}),
+    ("Adamax", "schedule-and-decay", lambda: {"learning_rate": _exp(), "decay": 0.1}),
+    ("Adamax", "callable-betas", lambda: {"learning_rate": 0.01, "beta_1": lambda: 0.8,
+                                          "beta_2": lambda: 0.9}),
+    ("Adamax", "tensor-beta", lambda: {"learning_rate": 0.01, "beta_2": tf.constant(0.7)}),
+    ("Adamax", "variable-lr", lambda: {"learning_rate": tf.Variable(0.01)}),
+    ("Adamax", "global-clipnorm", lambda: {"learning_rate": 0.01, "global_clipnorm": 0.1}),
 ]
 
 
@@ -159,8 +174,13 @@ def test_table_covers_every_constructor_argument():
 DTYPE_SCHEDULE = {"Adadelta": lambda: S.ExponentialDecay(20.0, decay_steps=3, decay_rate=0.7)}
 
 
-@pytest.mark.parametrize("opt_name", ["SGD", "Adam", "RMSprop", "Adagrad", "Adadelta"])
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64"])
+# Keras's Adamax has no bfloat16 dense kernel (the lab's runs the rule there)
+OTHER_FLOAT_DTYPES = [(n, d) for n in ("SGD", "Adam", "RMSprop", "Adagrad", "Adadelta", "Adamax")
+                      for d in ("float16", "bfloat16", "float64")
+                      if (n, d) != ("Adamax", "bfloat16")]
+
+
+@pytest.mark.parametrize("opt_name,dtype", OTHER_FLOAT_DTYPES)
 def test_drop_in_other_float_dtypes(opt_name, dtype):
     """Keras and the lab agree in every float dtype Keras supports (custom loop, 10 steps)."""
     schedule = DTYPE_SCHEDULE.get(opt_name, _exp)
@@ -207,6 +227,8 @@ def test_drop_in_complex(opt_name, dtype):
 SPARSE_DROP_IN = [
     ("Adadelta", lambda: {"learning_rate": 1.0, "rho": 0.9}),
     ("Adadelta", lambda: {"learning_rate": S.InverseTimeDecay(2.0, 3, 0.5), "epsilon": 2**-16}),
+    ("Adamax", lambda: {"learning_rate": 0.05}),
+    ("Adamax", lambda: {"learning_rate": _exp(), "beta_1": 0.5, "decay": 0.1}),
 ]
 # max |lab - Keras| allowed over weights and slots, 8 steps: float32 rounding; float64 is
 # limited by the hyperparameters the lab keeps in float32 variables (Keras: Python floats)
@@ -274,6 +296,7 @@ def test_sparse_leaves_rows_outside_the_batch_as_keras_does():
     pytest.param("SGD", {"learning_rate": S.InverseTimeDecay(0.5, decay_steps=1.0,
                                                             decay_rate=0.1)}, id="SGD-schedule"),
     pytest.param("Adadelta", {"rho": 0.8, "epsilon": 1e-4, "decay": 0.01}, id="Adadelta-set"),
+    pytest.param("Adamax", {"beta_2": 0.5, "learning_rate": _exp()}, id="Adamax-set"),
 ])
 def test_keras_config_keys_defaults_and_round_trip(opt_name, kwargs):
     """Every key of Keras's `get_config()` is in the lab's with the same value (defaults

@@ -26,6 +26,7 @@ LIVE_CHANGE = {
     "adagrad": ("epsilon", 0.0078125),
     "diffgrad": ("beta_2", 0.875),
     "adadelta": ("rho", 0.5),
+    "adamax": ("beta_2", 0.5),
 }
 
 
@@ -174,7 +175,8 @@ def test_unknown_hyperparameter_name_is_refused(name, options, hypers):
 
 # Least squares min_x mean((A x - b)^2): the minimum is known in closed form.
 CONVERGE_LR = {"adam": 0.05, "adamw": 0.05, "sgd": 0.05, "rmsprop": 0.002, "adagrad": 0.5,
-               "diffgrad": 0.05, "accumulation": 0.05, "adadelta": 1.0}
+               "diffgrad": 0.05, "accumulation": 0.05, "adadelta": 1.0,
+               "adamax": 0.05}
 
 
 @pytest.mark.parametrize("name,options,hypers", VARIANT_PARAMS)

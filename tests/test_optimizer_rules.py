@@ -29,6 +29,8 @@ VARIANTS = [
     ("diffgrad", "diffgrad", {}, {"learning_rate": 0.01}),
     ("adadelta", "adadelta", {}, {"learning_rate": 1.0}),
     ("adadelta-rho", "adadelta", {}, {"learning_rate": 0.5, "rho": 0.9, "epsilon": 1e-6}),
+    ("adamax", "adamax", {}, {"learning_rate": 0.01}),
+    ("adamax-beta-2", "adamax", {}, {"learning_rate": 0.02, "beta_2": 0.75, "epsilon": 1e-3}),
     ("accum-sgd-k2", "accumulation", {"inner": "sgd", "accumulation_steps": 2},
      {"learning_rate": 0.1, "momentum": 0.9}),
     ("accum-sgd-k3", "accumulation", {"inner": "sgd", "accumulation_steps": 3},
@@ -123,6 +125,10 @@ KERAS_CASES = [
                  id="adadelta"),
     pytest.param("adadelta", {}, {"learning_rate": 0.5, "rho": 0.8, "epsilon": 1e-4},
                  lambda: LEGACY.Adadelta(0.5, rho=0.8, epsilon=1e-4), id="adadelta-rho"),
+    pytest.param("adamax", {}, {"learning_rate": 0.01}, lambda: LEGACY.Adamax(0.01),
+                 id="adamax"),
+    pytest.param("adamax", {}, {"learning_rate": 0.02, "beta_1": 0.5, "beta_2": 0.75},
+                 lambda: LEGACY.Adamax(0.02, beta_1=0.5, beta_2=0.75), id="adamax-betas"),
 ]
 
 
