@@ -34,6 +34,7 @@ from optimizers.adamax import Adamax
 from optimizers.adam import Adam
 from optimizers.adamw import AdamW
 from optimizers.base import kernel_runs, trace_signature
+from optimizers.ftrl import Ftrl
 from optimizers.rmsprop import RMSprop
 from optimizers.sgd import SGD
 from runs import commands
@@ -45,6 +46,9 @@ LEGACY = tf_keras.optimizers.legacy
 REAL = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 COMPLEX = (tf.complex64, tf.complex128)
 
+FTRL_KW = {"learning_rate_power": -0.75, "l1_regularization_strength": 0.01,
+           "l2_regularization_strength": 0.1, "l2_shrinkage_regularization_strength": 0.1,
+           "beta": 0.5}
 # id -> (lab factory(lr, **kw), Keras factory(lr), kernel op in the graph or None, dtypes,
 #        slots the fused path leaves untouched)
 CASES = {
@@ -78,6 +82,11 @@ CASES = {
                  "ResourceApplyAdadelta", REAL + COMPLEX, ()),
     "adamax": (lambda lr, **kw: Adamax(lr, **kw), lambda lr, **kw: LEGACY.Adamax(lr, **kw),
                "ResourceApplyAdaMax", REAL, ()),
+    "ftrl": (lambda lr, **kw: Ftrl(lr, **kw), lambda lr, **kw: LEGACY.Ftrl(lr, **kw),
+             "ResourceApplyFtrlV2", REAL, ()),
+    "ftrl-shrinkage": (lambda lr, **kw: Ftrl(lr, **FTRL_KW, **kw),
+                       lambda lr, **kw: LEGACY.Ftrl(lr, **FTRL_KW, **kw),
+                       "ResourceApplyFtrlV2", REAL, ()),
 }
 # max |fused - rule| allowed after 20 steps, relative to max(1, |value|): a few ulps of the
 # dtype per step (the kernels' rounding), bfloat16/float16 with 8/11-bit mantissas

@@ -34,6 +34,11 @@ CASES = {
     "diffgrad": ({"learning_rate": 0.05}, {}),
     "adadelta": ({"learning_rate": 1.0, "epsilon": 1e-4}, {}),
     "adamax": ({"learning_rate": 0.05}, {}),
+    "ftrl": ({"learning_rate": 0.2, "l1_regularization_strength": 0.001,
+              "l2_regularization_strength": 0.01, "l2_shrinkage_regularization_strength": 0.01,
+              "beta": 0.5}, {}),
+    "ftrl-power": ({"learning_rate": 0.2, "beta": 0.25},
+                   {"learning_rate_power": -0.75, "initial_accumulator_value": 0.0}),
     "accumulation": ({"learning_rate": 0.05}, {"inner": "adam", "accumulation_steps": 2}),
 }
 

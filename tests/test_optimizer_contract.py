@@ -27,6 +27,7 @@ LIVE_CHANGE = {
     "diffgrad": ("beta_2", 0.875),
     "adadelta": ("rho", 0.5),
     "adamax": ("beta_2", 0.5),
+    "ftrl": ("l2_regularization_strength", 0.125),
 }
 
 
@@ -176,7 +177,7 @@ def test_unknown_hyperparameter_name_is_refused(name, options, hypers):
 # Least squares min_x mean((A x - b)^2): the minimum is known in closed form.
 CONVERGE_LR = {"adam": 0.05, "adamw": 0.05, "sgd": 0.05, "rmsprop": 0.002, "adagrad": 0.5,
                "diffgrad": 0.05, "accumulation": 0.05, "adadelta": 1.0,
-               "adamax": 0.05}
+               "adamax": 0.05, "ftrl": 0.5}
 
 
 @pytest.mark.parametrize("name,options,hypers", VARIANT_PARAMS)
@@ -262,7 +263,11 @@ def test_forward_tangents_stay_finite_with_zero_gradient(name, options, hypers):
     for key, tangent in tangents.items():
         assert np.all(np.isfinite(tangent)), f"{key}: {tangent}"
     assert np.all(tangents["var"][2:] != 0)  # the moving weights do depend on the learning rate
-    if name != "adamw":  # only AdamW moves a zero-gradient weight (decay), so d var / d lr = 0
+    if name == "ftrl":  # the closed form puts a weight whose |z| <= l1 (here z = 0) at 0
+        if not hypers.get("l2_shrinkage_regularization_strength"):  # shrinkage moves z
+            np.testing.assert_array_equal(tangents["var"][:2], 0.0)
+            np.testing.assert_array_equal(var.numpy()[:2], 0.0)
+    elif name != "adamw":  # only AdamW moves a zero-gradient weight (decay): d var / d lr = 0
         np.testing.assert_array_equal(tangents["var"][:2], 0.0)
         np.testing.assert_array_equal(var.numpy()[:2], [0.5, -1.0])
 

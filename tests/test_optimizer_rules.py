@@ -10,6 +10,10 @@ import tf_keras
 from optimizers import registry
 from tests.numpy_reference import REFERENCES, initial_slots
 
+FTRL_OPTIONS = {"learning_rate_power": -0.75, "initial_accumulator_value": 0.5}
+FTRL_HYPERS = {"learning_rate": 0.2, "l1_regularization_strength": 0.001,
+               "l2_regularization_strength": 0.001, "l2_shrinkage_regularization_strength": 0.001,
+               "beta": 0.5}
 # (id, registry name, options, hypers): every registered optimizer plus its option variants.
 VARIANTS = [
     ("adam", "adam", {}, {"learning_rate": 0.01}),
@@ -31,6 +35,8 @@ VARIANTS = [
     ("adadelta-rho", "adadelta", {}, {"learning_rate": 0.5, "rho": 0.9, "epsilon": 1e-6}),
     ("adamax", "adamax", {}, {"learning_rate": 0.01}),
     ("adamax-beta-2", "adamax", {}, {"learning_rate": 0.02, "beta_2": 0.75, "epsilon": 1e-3}),
+    ("ftrl", "ftrl", {}, {"learning_rate": 0.1}),
+    ("ftrl-regularized", "ftrl", FTRL_OPTIONS, FTRL_HYPERS),
     ("accum-sgd-k2", "accumulation", {"inner": "sgd", "accumulation_steps": 2},
      {"learning_rate": 0.1, "momentum": 0.9}),
     ("accum-sgd-k3", "accumulation", {"inner": "sgd", "accumulation_steps": 3},
@@ -129,6 +135,9 @@ KERAS_CASES = [
                  id="adamax"),
     pytest.param("adamax", {}, {"learning_rate": 0.02, "beta_1": 0.5, "beta_2": 0.75},
                  lambda: LEGACY.Adamax(0.02, beta_1=0.5, beta_2=0.75), id="adamax-betas"),
+    pytest.param("ftrl", {}, {"learning_rate": 0.1}, lambda: LEGACY.Ftrl(0.1), id="ftrl"),
+    pytest.param("ftrl", FTRL_OPTIONS, FTRL_HYPERS,
+                 lambda: LEGACY.Ftrl(**FTRL_OPTIONS, **FTRL_HYPERS), id="ftrl-regularized"),
 ]
 
 
