@@ -151,8 +151,9 @@ def nadam(grad, var, slots, hypers, step, options):
     h = _cast(var.dtype, hypers)
     one, dt = var.dtype.type(1), var.dtype.type
     decay = dt(options.get("schedule_decay", 0.004))
-    u_t = h["beta_1"] * (one - dt(0.5) * dt(0.96) ** (decay * dt(step)))
-    u_next = h["beta_1"] * (one - dt(0.5) * dt(0.96) ** (decay * dt(step + 1)))
+    base = dt(np.float32(0.96))  # Keras: tf.cast(0.96, dtype), a float32 constant cast
+    u_t = h["beta_1"] * (one - dt(0.5) * base ** (decay * dt(step)))
+    u_next = h["beta_1"] * (one - dt(0.5) * base ** (decay * dt(step + 1)))
     cache = slots["m_cache"] * u_t
     m = h["beta_1"] * slots["m"] + (one - h["beta_1"]) * grad
     v = h["beta_2"] * slots["v"] + (one - h["beta_2"]) * grad * grad

@@ -11,7 +11,7 @@ from optimizers import contract, plugins, registry
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plugins_broken"
 BUILTIN = ["adam", "sgd", "adamw", "rmsprop", "adagrad", "diffgrad", "accumulation", "adadelta",
-           "adamax", "ftrl"]
+           "adamax", "ftrl", "nadam"]
 
 GOOD_EXPECTED = {item: True for item in contract.ITEMS}
 BAD_EXPECTED = {

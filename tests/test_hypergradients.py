@@ -37,6 +37,8 @@ CASES = {
     "ftrl": ({"learning_rate": 0.2, "l1_regularization_strength": 0.001,
               "l2_regularization_strength": 0.01, "l2_shrinkage_regularization_strength": 0.01,
               "beta": 0.5}, {}),
+    "nadam": ({"learning_rate": 0.05}, {}),
+    "nadam-schedule-decay": ({"learning_rate": 0.05, "beta_1": 0.8}, {"schedule_decay": 0.05}),
     "ftrl-power": ({"learning_rate": 0.2, "beta": 0.25},
                    {"learning_rate_power": -0.75, "initial_accumulator_value": 0.0}),
     "accumulation": ({"learning_rate": 0.05}, {"inner": "adam", "accumulation_steps": 2}),

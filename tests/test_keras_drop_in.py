@@ -19,13 +19,14 @@ from optimizers.adagrad import Adagrad
 from optimizers.adam import Adam
 from optimizers.adamax import Adamax
 from optimizers.ftrl import Ftrl
+from optimizers.nadam import Nadam
 from optimizers.rmsprop import RMSprop
 from optimizers.sgd import SGD
 
 K = tf_keras.optimizers.legacy
 S = tf_keras.optimizers.schedules
 LAB = {"SGD": SGD, "Adam": Adam, "RMSprop": RMSprop, "Adagrad": Adagrad, "Adadelta": Adadelta,
-       "Adamax": Adamax, "Ftrl": Ftrl}
+       "Adamax": Adamax, "Ftrl": Ftrl, "Nadam": Nadam}
 STEPS, BATCH = 20, 8
 
 
@@ -128,6 +129,20 @@ DROP_IN = [
                                      "l1_regularization_strength": tf.Variable(0.02)}),
     ("Ftrl", "tensor-beta", lambda: {"learning_rate": 0.05, "beta": tf.constant(0.25)}),
     ("Ftrl", "clipvalue", lambda: {"learning_rate": 0.05, "clipvalue": 0.05}),
+    ("Nadam", "default", lambda: {}),
+    ("Nadam", "betas", lambda: {"learning_rate": 0.01, "beta_1": 0.8, "beta_2": 0.9}),
+    ("Nadam", "schedule-decay", lambda: {"learning_rate": 0.01, "schedule_decay": 0.1}),
+    # Keras writes schedule_decay as "decay" in its config (and reads no other decay)
+    ("Nadam", "decay-as-keras-writes-it", lambda: {"learning_rate": 0.01, "decay": 0.004}),
+    ("Nadam", "lr-alias", lambda: {"lr": 0.02}),
+    ("Nadam", "epsilon-0", lambda: {"learning_rate": 0.01, "epsilon": 0}),
+    ("Nadam", "epsilon-big", lambda: {"learning_rate": 0.01, "epsilon": 0.25}),
+    ("Nadam", "callable-betas", lambda: {"learning_rate": 0.01, "beta_1": lambda: 0.7,
+                                         "beta_2": lambda: 0.95}),
+    ("Nadam", "tensor-lr", lambda: {"learning_rate": tf.constant(0.01)}),
+    ("Nadam", "variable-beta", lambda: {"learning_rate": 0.01, "beta_1": tf.Variable(0.85)}),
+    ("Nadam", "callable-lr", lambda: {"learning_rate": lambda: 0.02}),
+    ("Nadam", "clipnorm", lambda: {"learning_rate": 0.01, "clipnorm": 0.1}),
 ]
 
 
@@ -167,9 +182,12 @@ def test_drop_in_same_weights_and_slots_after_20_steps(opt_name, case, kwargs):
                                        keras_opt.get_slot(k_var, slot).numpy(),
                                        rtol=1e-6, atol=1e-6, err_msg=f"{case}: slot {slot}")
     assert moved > 1e-4  # the comparison is not between two untrained models
-    # the learning rate each one would use at the next step agrees too (schedules, decay)
-    np.testing.assert_allclose(lab_opt._decayed_lr(tf.float32).numpy(),
-                               keras_opt._decayed_lr(tf.float32).numpy(), rtol=1e-6)
+    # the learning rate each one would use at the next step agrees too (schedules, decay);
+    # Keras's Nadam reads it undecayed (its `_initial_decay` is the momentum schedule's decay)
+    keras_lr = (keras_opt._get_hyper("learning_rate", tf.float32) if opt_name == "Nadam"
+                else keras_opt._decayed_lr(tf.float32))
+    np.testing.assert_allclose(lab_opt._decayed_lr(tf.float32).numpy(), keras_lr.numpy(),
+                               rtol=1e-6)
 
 
 def test_table_covers_every_constructor_argument():
@@ -189,26 +207,31 @@ def test_table_covers_every_constructor_argument():
 
 
 # Adadelta's step is learning_rate * RMS[update] / RMS[grad] * grad, ~sqrt(epsilon) at first
-DTYPE_SCHEDULE = {"Adadelta": lambda: S.ExponentialDecay(20.0, decay_steps=3, decay_rate=0.7)}
+# Nadam: Keras 2 refuses a schedule and reads `decay` as the momentum schedule's decay.
+DTYPE_KWARGS = {
+    "Adadelta": lambda: {"learning_rate": S.ExponentialDecay(20.0, decay_steps=3,
+                                                             decay_rate=0.7), "decay": 0.05},
+    "Nadam": lambda: {"learning_rate": 0.05, "schedule_decay": 0.1},
+}
 
 
-# Keras's Adamax has no bfloat16 dense kernel (the lab's runs the rule there)
+# Keras's Adamax has no bfloat16 dense kernel (the lab's runs the rule there); Keras's Nadam
+# gives NaN in bfloat16 (its momentum cache loses every digit)
 OTHER_FLOAT_DTYPES = [(n, d) for n in ("SGD", "Adam", "RMSprop", "Adagrad", "Adadelta", "Adamax",
-                                        "Ftrl")
+                                        "Ftrl", "Nadam")
                       for d in ("float16", "bfloat16", "float64")
-                      if (n, d) != ("Adamax", "bfloat16")]
+                      if (n, d) not in (("Adamax", "bfloat16"), ("Nadam", "bfloat16"))]
 
 
 @pytest.mark.parametrize("opt_name,dtype", OTHER_FLOAT_DTYPES)
 def test_drop_in_other_float_dtypes(opt_name, dtype):
     """Keras and the lab agree in every float dtype Keras supports (custom loop, 10 steps)."""
-    schedule = DTYPE_SCHEDULE.get(opt_name, _exp)
-    kwargs = {"learning_rate": schedule(), "decay": 0.05}
-    if opt_name in ("SGD", "RMSprop"):
-        kwargs["momentum"] = 0.5
+    def kwargs():  # a new schedule for each optimizer
+        out = DTYPE_KWARGS.get(opt_name, lambda: {"learning_rate": _exp(), "decay": 0.05})()
+        return {**out, "momentum": 0.5} if opt_name in ("SGD", "RMSprop") else out
+
     results = []
-    for opt in (getattr(K, opt_name)(**kwargs), LAB[opt_name](**{**kwargs,
-                                                                 "learning_rate": schedule()})):
+    for opt in (getattr(K, opt_name)(**kwargs()), LAB[opt_name](**kwargs())):
         var = tf.Variable(np.linspace(-1.0, 1.0, 12).reshape(3, 4), dtype=dtype)
         for t in range(10):
             grad = tf.cast(np.cos(np.arange(12.0).reshape(3, 4) * (t + 1)), dtype)
@@ -220,10 +243,11 @@ def test_drop_in_other_float_dtypes(opt_name, dtype):
     assert np.max(np.abs(results[0] - np.linspace(-1.0, 1.0, 12).reshape(3, 4))) > 1e-3
 
 
-@pytest.mark.parametrize("opt_name", ["SGD", "RMSprop", "Adagrad", "Adadelta"])
+@pytest.mark.parametrize("opt_name", ["SGD", "RMSprop", "Adagrad", "Adadelta", "Nadam"])
 @pytest.mark.parametrize("dtype", ["complex64", "complex128"])
 def test_drop_in_complex(opt_name, dtype):
-    """SGD, RMSprop, Adagrad and Adadelta take complex variables as the Keras built-ins do."""
+    """SGD, RMSprop, Adagrad, Adadelta and Nadam take complex variables as the Keras built-ins
+    do."""
     kwargs = {"learning_rate": 0.05}
     if opt_name in ("SGD", "RMSprop"):
         kwargs["momentum"] = 0.5
@@ -253,6 +277,9 @@ SPARSE_DROP_IN = [
     ("Ftrl", lambda: {"learning_rate": _exp(), "learning_rate_power": -0.75, "beta": 0.5,
                       "l1_regularization_strength": 0.001, "l2_regularization_strength": 0.125,
                       "l2_shrinkage_regularization_strength": 0.0625}),
+    ("Nadam", lambda: {"learning_rate": 0.05}),
+    ("Nadam", lambda: {"learning_rate": 0.02, "beta_1": 0.8, "schedule_decay": 0.1,
+                       "epsilon": 2**-16}),
 ]
 # max |lab - Keras| allowed over weights and slots, 8 steps: float32 rounding (Ftrl's sparse
 # path: the rule on the rows against Keras's kernel, a few ulps of z per step); float64 is
@@ -288,6 +315,8 @@ def drop_in_gap(opt_name: str, kwargs, dtype: str, sparse: bool) -> float:
     for slot in keras_opt.get_slot_names():
         gaps.append(np.max(np.abs(lab_opt.get_slot(l_var, slot).numpy()
                                   - keras_opt.get_slot(k_var, slot).numpy())))
+    if opt_name == "Nadam":  # Keras's non-slot momentum cache is the lab's m_cache slot
+        gaps.append(abs(float(lab_opt.get_slot(l_var, "m_cache")) - float(keras_opt._m_cache)))
     assert np.max(np.abs(k_states[-1] - np.linspace(-1.0, 1.0, 15).reshape(5, 3))) > 1e-3
     return float(max(gaps))
 
@@ -322,6 +351,7 @@ def test_sparse_leaves_rows_outside_the_batch_as_keras_does():
                                                             decay_rate=0.1)}, id="SGD-schedule"),
     pytest.param("Adadelta", {"rho": 0.8, "epsilon": 1e-4, "decay": 0.01}, id="Adadelta-set"),
     pytest.param("Adamax", {"beta_2": 0.5, "learning_rate": _exp()}, id="Adamax-set"),
+    pytest.param("Nadam", {"schedule_decay": 0.01, "beta_1": 0.8}, id="Nadam-set"),
     pytest.param("Ftrl", {"learning_rate_power": -0.75, "initial_accumulator_value": 0.5,
                           "beta": 0.5, "l2_shrinkage_regularization_strength": 0.25},
                  id="Ftrl-set"),

@@ -28,6 +28,7 @@ LIVE_CHANGE = {
     "adadelta": ("rho", 0.5),
     "adamax": ("beta_2", 0.5),
     "ftrl": ("l2_regularization_strength", 0.125),
+    "nadam": ("beta_1", 0.5),
 }
 
 
@@ -177,7 +178,7 @@ def test_unknown_hyperparameter_name_is_refused(name, options, hypers):
 # Least squares min_x mean((A x - b)^2): the minimum is known in closed form.
 CONVERGE_LR = {"adam": 0.05, "adamw": 0.05, "sgd": 0.05, "rmsprop": 0.002, "adagrad": 0.5,
                "diffgrad": 0.05, "accumulation": 0.05, "adadelta": 1.0,
-               "adamax": 0.05, "ftrl": 0.5}
+               "adamax": 0.05, "ftrl": 0.5, "nadam": 0.01}
 
 
 @pytest.mark.parametrize("name,options,hypers", VARIANT_PARAMS)

@@ -37,6 +37,9 @@ VARIANTS = [
     ("adamax-beta-2", "adamax", {}, {"learning_rate": 0.02, "beta_2": 0.75, "epsilon": 1e-3}),
     ("ftrl", "ftrl", {}, {"learning_rate": 0.1}),
     ("ftrl-regularized", "ftrl", FTRL_OPTIONS, FTRL_HYPERS),
+    ("nadam", "nadam", {}, {"learning_rate": 0.01}),
+    ("nadam-schedule-decay", "nadam", {"schedule_decay": 0.1},
+     {"learning_rate": 0.02, "beta_2": 0.9}),
     ("accum-sgd-k2", "accumulation", {"inner": "sgd", "accumulation_steps": 2},
      {"learning_rate": 0.1, "momentum": 0.9}),
     ("accum-sgd-k3", "accumulation", {"inner": "sgd", "accumulation_steps": 3},
@@ -138,6 +141,10 @@ KERAS_CASES = [
     pytest.param("ftrl", {}, {"learning_rate": 0.1}, lambda: LEGACY.Ftrl(0.1), id="ftrl"),
     pytest.param("ftrl", FTRL_OPTIONS, FTRL_HYPERS,
                  lambda: LEGACY.Ftrl(**FTRL_OPTIONS, **FTRL_HYPERS), id="ftrl-regularized"),
+    pytest.param("nadam", {}, {"learning_rate": 0.01}, lambda: LEGACY.Nadam(0.01), id="nadam"),
+    pytest.param("nadam", {"schedule_decay": 0.1}, {"learning_rate": 0.02, "beta_2": 0.9},
+                 lambda: LEGACY.Nadam(0.02, beta_2=0.9, schedule_decay=0.1),
+                 id="nadam-schedule-decay"),
 ]
 
 
@@ -212,7 +219,8 @@ def embedding_case(name, options, hypers):
 
 # Three steps touching different row subsets; ids repeat within a batch (duplicates summed).
 ID_BATCHES = [[[1, 3], [3, 6]], [[0, 1], [1, 1]], [[6, 2], [2, 6]]]
-LAZY_PARAMS = [p for p in VARIANT_PARAMS if p.values[0] != "accumulation"]
+# accumulation densifies; Nadam decays every row's moments, as Keras 2's (tests/test_keras_drop_in.py)
+LAZY_PARAMS = [p for p in VARIANT_PARAMS if p.values[0] not in ("accumulation", "nadam")]
 
 
 @pytest.mark.parametrize("name,options,hypers", LAZY_PARAMS)
