@@ -115,6 +115,37 @@ CLIP_THRESHOLD = HyperSpec(
 )
 
 
+# Keras 2's other built-ins (Adadelta, Adamax, Ftrl, Nadam): their own specs.
+ADADELTA_REFERENCE = ("Zeiler 2012, 'ADADELTA: An Adaptive Learning Rate Method', "
+                      "arXiv:1212.5701, Algorithm 1")
+ADADELTA_RHO = dataclasses.replace(
+    RHO, default=0.95, help="decay rate of the running means of grad**2 and of update**2",
+    reference=ADADELTA_REFERENCE)
+ADAMAX_REFERENCE = "Kingma & Ba 2015, Adam, arXiv:1412.6980, sec. 7.1, Algorithm 2 (AdaMax)"
+ADAMAX_BETA_2 = dataclasses.replace(
+    BETA_2, help="decay rate of the exponentially weighted infinity norm u of the gradients",
+    reference=ADAMAX_REFERENCE)
+FTRL_REFERENCE = ("McMahan et al. 2013, 'Ad Click Prediction: a View from the Trenches', KDD, "
+                  "Algorithm 1 (FTRL-Proximal)")
+FTRL_L1 = HyperSpec(
+    "l1_regularization_strength", 0.0, 0.0, 10.0,
+    "lambda_1: a coordinate whose |z| is at most this stays exactly 0 (sparsity)",
+    reference=FTRL_REFERENCE, library_low=0.0)
+FTRL_L2 = HyperSpec(
+    "l2_regularization_strength", 0.0, 0.0, 10.0,
+    "lambda_2: L2 penalty added to the denominator of the closed-form weight (Keras: 2 * l2)",
+    reference=FTRL_REFERENCE, library_low=0.0)
+FTRL_L2_SHRINKAGE = HyperSpec(
+    "l2_shrinkage_regularization_strength", 0.0, 0.0, 10.0,
+    "L2 penalty added to the gradient in z only (magnitude shrinkage), not to the accumulator",
+    reference="TensorFlow tf.raw_ops.ApplyFtrlV2 (grad_with_shrinkage = grad + 2 l2_shrinkage var)",
+    library_low=0.0)
+FTRL_BETA = HyperSpec(
+    "beta", 0.0, 0.0, 10.0, "beta of the per-coordinate rate alpha / (beta + sqrt(n))",
+    reference=FTRL_REFERENCE + ", per-coordinate learning rates")
+NADAM_REFERENCE = ("Dozat 2016, 'Incorporating Nesterov Momentum into Adam', ICLR workshop, "
+                   "Algorithm 2; momentum schedule u_t = beta_1 (1 - 0.5 * 0.96**(0.004 t))")
+
 @dataclass(frozen=True)
 class WrapperRule:
     """How a wrapper combines with the plain rule it wraps (its `inner` option).
@@ -267,6 +298,17 @@ BUILTINS: dict[str, CatalogEntry] = {entry.name: entry for entry in (
              ranges=(("initial_accumulator_value",
                       OptionRange(0.0, math.inf, "a finite float >= 0")),)),
     _builtin("diffgrad", "diffgrad", "DiffGrad", (LEARNING_RATE, BETA_1, BETA_2, EPSILON)),
+    _builtin("adadelta", "adadelta", "Adadelta", (LEARNING_RATE, ADADELTA_RHO, EPSILON)),
+    _builtin("adamax", "adamax", "Adamax", (LEARNING_RATE, BETA_1, ADAMAX_BETA_2, EPSILON)),
+    _builtin("ftrl", "ftrl", "Ftrl", (LEARNING_RATE, FTRL_L1, FTRL_L2, FTRL_L2_SHRINKAGE,
+                                      FTRL_BETA),
+             (("learning_rate_power", -0.5), ("initial_accumulator_value", 0.1)),
+             ranges=(("learning_rate_power", OptionRange(-math.inf, 0.0, "a finite float <= 0")),
+                     ("initial_accumulator_value",
+                      OptionRange(0.0, math.inf, "a finite float >= 0")))),
+    _builtin("nadam", "nadam", "Nadam", (LEARNING_RATE, BETA_1, BETA_2, EPSILON),
+             (("schedule_decay", 0.004),),
+             ranges=(("schedule_decay", OptionRange(0.0, math.inf, "a finite float >= 0")),)),
     _builtin("accumulation", "accumulation", "GradientAccumulation", (),
              (("inner", "adam"), ("accumulation_steps", 2)), is_rule=True,
              wrapper=WrapperRule(inner_specs_only=True, inner_must_be_rule=True,

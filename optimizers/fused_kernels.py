@@ -25,7 +25,8 @@ from tensorflow.python.framework import kernels as _kernel_registry
 XLA_KERNELS = frozenset({"ResourceApplyAdam", "ResourceApplyKerasMomentum",
                          "ResourceApplyGradientDescent",
                          "ResourceApplyRMSProp", "ResourceApplyCenteredRMSProp",
-                         "ResourceApplyAdagradV2"})
+                         "ResourceApplyAdagradV2", "ResourceApplyAdadelta",
+                         "ResourceApplyAdaMax", "ResourceApplyFtrlV2"})
 XLA_KERNEL_DTYPES = frozenset({tf.float16, tf.bfloat16, tf.float32, tf.float64})
 
 

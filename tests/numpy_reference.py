@@ -100,6 +100,68 @@ def diffgrad(grad, var, slots, hypers, step, options):
     return new_var, {"m": m, "v": v, "prev_grad": grad.copy()}
 
 
+def adadelta(grad, var, slots, hypers, step, options):
+    """Zeiler 2012, Algorithm 1, with Keras's learning rate on the update:
+    Eg2 = rho Eg2 + (1-rho) g^2; dx = sqrt(Edx2 + eps)/sqrt(Eg2 + eps) g;
+    Edx2 = rho Edx2 + (1-rho) dx^2; var -= lr dx."""
+    h = _cast(var.dtype, hypers)
+    one = var.dtype.type(1)
+    eg2 = h["rho"] * slots["accum_grad"] + (one - h["rho"]) * grad * grad
+    dx = np.sqrt(slots["accum_var"] + h["epsilon"]) / np.sqrt(eg2 + h["epsilon"]) * grad
+    edx2 = h["rho"] * slots["accum_var"] + (one - h["rho"]) * dx * dx
+    return var - h["learning_rate"] * dx, {"accum_grad": eg2, "accum_var": edx2}
+
+
+def adamax(grad, var, slots, hypers, step, options):
+    """Kingma & Ba 2015, sec. 7.1 (Algorithm 2), epsilon added to u as Keras:
+    m = b1 m + (1-b1) g; u = max(b2 u, |g|); var -= lr/(1-b1^t) m/(u + eps)."""
+    h = _cast(var.dtype, hypers)
+    one = var.dtype.type(1)
+    m = h["beta_1"] * slots["m"] + (one - h["beta_1"]) * grad
+    u = np.maximum(h["beta_2"] * slots["v"], np.abs(grad))
+    lr_t = h["learning_rate"] / (one - h["beta_1"] ** var.dtype.type(step))
+    return var - lr_t * m / (u + h["epsilon"]), {"m": m, "v": u}
+
+
+def ftrl(grad, var, slots, hypers, step, options):
+    """McMahan et al. 2013, Algorithm 1 (FTRL-Proximal), per coordinate, in TensorFlow's
+    parametrisation (learning_rate_power p, l2 counted twice, l2 shrinkage in z only):
+    n' = n + g^2; sigma = (n'^-p - n^-p)/lr; z += g + 2 s var - sigma var;
+    var = (sign(z) l1 - z) / ((beta + n'^-p)/lr + 2 l2) where |z| > l1, else 0."""
+    h = _cast(var.dtype, hypers)
+    power = var.dtype.type(-options.get("learning_rate_power", -0.5))
+    lr = h["learning_rate"]
+    n, z = slots["accumulator"], slots["linear"]
+    n_new = n + grad * grad
+    sigma = (n_new ** power - n ** power) / lr
+    z = z + grad + 2 * h["l2_shrinkage_regularization_strength"] * var - sigma * var
+    quadratic = (h["beta"] + n_new ** power) / lr + 2 * h["l2_regularization_strength"]
+    l1 = h["l1_regularization_strength"]
+    new_var = np.where(np.abs(z) > l1, (np.sign(z) * l1 - z) / quadratic, 0).astype(var.dtype)
+    return new_var, {"accumulator": n_new, "linear": z}
+
+
+def nadam(grad, var, slots, hypers, step, options):
+    """Dozat 2016, Algorithm 2, with Keras 2's momentum schedule
+    u_t = b1 (1 - 0.5 * 0.96^(sd t)) (sd = schedule_decay, 0.004) and the running product
+    m_cache_t = u_1 ... u_t (a scalar slot here, Keras's `momentum_cache` weight):
+    g' = g/(1 - m_cache_t); m = b1 m + (1-b1) g; m' = m/(1 - m_cache_t u_{t+1});
+    v = b2 v + (1-b2) g^2; v' = v/(1 - b2^t); m_bar = (1 - u_t) g' + u_{t+1} m';
+    var -= lr m_bar/(sqrt(v') + eps)."""
+    h = _cast(var.dtype, hypers)
+    one, dt = var.dtype.type(1), var.dtype.type
+    decay = dt(options.get("schedule_decay", 0.004))
+    base = dt(np.float32(0.96))  # Keras: tf.cast(0.96, dtype), a float32 constant cast
+    u_t = h["beta_1"] * (one - dt(0.5) * base ** (decay * dt(step)))
+    u_next = h["beta_1"] * (one - dt(0.5) * base ** (decay * dt(step + 1)))
+    cache = slots["m_cache"] * u_t
+    m = h["beta_1"] * slots["m"] + (one - h["beta_1"]) * grad
+    v = h["beta_2"] * slots["v"] + (one - h["beta_2"]) * grad * grad
+    m_bar = (one - u_t) * grad / (one - cache) + u_next * m / (one - cache * u_next)
+    v_hat = v / (one - h["beta_2"] ** dt(step))
+    new_var = var - h["learning_rate"] * m_bar / (np.sqrt(v_hat) + h["epsilon"])
+    return new_var, {"m": m, "v": v, "m_cache": np.asarray(cache, dtype=var.dtype)}
+
 def accumulation(grad, var, slots, hypers, step, options):
     """Sum k micro-batch gradients; every k-th step apply the inner rule to the mean."""
     k = options.get("accumulation_steps", 2)
@@ -179,6 +241,10 @@ REFERENCES = {
     "rmsprop": rmsprop,
     "adagrad": adagrad,
     "diffgrad": diffgrad,
+    "adadelta": adadelta,
+    "adamax": adamax,
+    "ftrl": ftrl,
+    "nadam": nadam,
     "accumulation": accumulation,
     "lion": lion,
     "lamb": lamb,
@@ -187,7 +253,8 @@ REFERENCES = {
 
 
 def initial_slots(name, var, options):
-    """The slots' initial values (all zeros except Adagrad's accumulator)."""
+    """The slots' initial values (zeros except Adagrad's and Ftrl's accumulator and Nadam's
+    momentum cache)."""
     zeros = lambda: np.zeros_like(var)  # noqa: E731
     if name == "accumulation":
         inner = options.get("inner", "adam")
@@ -202,6 +269,10 @@ def initial_slots(name, var, options):
         "lion": ["m"],
         "lamb": ["m", "v"],
         "adafactor": [],
+        "adadelta": ["accum_grad", "accum_var"],
+        "adamax": ["m", "v"],
+        "ftrl": ["linear"],
+        "nadam": ["m", "v"],
     }[name]
     slots = {n: zeros() for n in names}
     if name == "adafactor":  # factored statistics for rank >= 2, scalar placeholders below
@@ -209,6 +280,8 @@ def initial_slots(name, var, options):
         slots = {"r": np.zeros(var.shape[:-1] if factored else (), var.dtype),
                  "c": np.zeros(var.shape[:-2] + var.shape[-1:] if factored else (), var.dtype),
                  "v": zeros()}
-    if name == "adagrad":
+    if name in ("adagrad", "ftrl"):
         slots["accumulator"] = np.full_like(var, options.get("initial_accumulator_value", 0.1))
+    if name == "nadam":  # one scalar per variable: the running product of u_t, from 1
+        slots["m_cache"] = np.ones((), var.dtype)
     return slots

@@ -28,11 +28,15 @@ import tf_keras
 
 from engine.record_rows import HyperChangeRow
 from engine.train_step import Engine
+from optimizers.adadelta import Adadelta
 from optimizers.adagrad import Adagrad
+from optimizers.adamax import Adamax
 from optimizers.adam import Adam
 from optimizers.adamw import AdamW
 from optimizers.base import trace_signature
+from optimizers.ftrl import Ftrl
 from optimizers.fused_kernels import dense_kernel, kernel_runs
+from optimizers.nadam import Nadam
 from optimizers.rmsprop import RMSprop
 from optimizers.sgd import SGD
 from runs import commands
@@ -44,6 +48,9 @@ LEGACY = tf_keras.optimizers.legacy
 REAL = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 COMPLEX = (tf.complex64, tf.complex128)
 
+FTRL_KW = {"learning_rate_power": -0.75, "l1_regularization_strength": 0.01,
+           "l2_regularization_strength": 0.1, "l2_shrinkage_regularization_strength": 0.1,
+           "beta": 0.5}
 # id -> (lab factory(lr, **kw), Keras factory(lr), kernel op in the graph or None, dtypes,
 #        slots the fused path leaves untouched)
 CASES = {
@@ -72,6 +79,20 @@ CASES = {
     "adagrad": (lambda lr, **kw: Adagrad(lr, **kw), lambda lr, **kw: LEGACY.Adagrad(lr, **kw),
                 "ResourceApplyAdagradV2", REAL + COMPLEX, ()),
     "adamw": (lambda lr, **kw: AdamW(lr, **kw), None, None, REAL, ()),
+    "adadelta": (lambda lr, **kw: Adadelta(lr, **kw),
+                 lambda lr, **kw: LEGACY.Adadelta(lr, **kw),
+                 "ResourceApplyAdadelta", REAL + COMPLEX, ()),
+    "adamax": (lambda lr, **kw: Adamax(lr, **kw), lambda lr, **kw: LEGACY.Adamax(lr, **kw),
+               "ResourceApplyAdaMax", REAL, ()),
+    "ftrl": (lambda lr, **kw: Ftrl(lr, **kw), lambda lr, **kw: LEGACY.Ftrl(lr, **kw),
+             "ResourceApplyFtrlV2", REAL, ()),
+    "ftrl-shrinkage": (lambda lr, **kw: Ftrl(lr, **FTRL_KW, **kw),
+                       lambda lr, **kw: LEGACY.Ftrl(lr, **FTRL_KW, **kw),
+                       "ResourceApplyFtrlV2", REAL, ()),
+    # no kernel (Keras 2's Nadam is plain ops); Keras refuses the schedule of the Keras test;
+    # no bfloat16: beta_2 = 0.999 rounds to 1 there, 1 - beta_2**t = 0 (NaN, as in Keras)
+    "nadam": (lambda lr, **kw: Nadam(lr, **kw), None, None,
+              (tf.float16, tf.float32, tf.float64) + COMPLEX, ()),
 }
 # max |fused - rule| allowed after 20 steps, relative to max(1, |value|): a few ulps of the
 # dtype per step (the kernels' rounding), bfloat16/float16 with 8/11-bit mantissas

@@ -10,6 +10,10 @@ import tf_keras
 from optimizers import registry
 from tests.numpy_reference import REFERENCES, initial_slots
 
+FTRL_OPTIONS = {"learning_rate_power": -0.75, "initial_accumulator_value": 0.5}
+FTRL_HYPERS = {"learning_rate": 0.2, "l1_regularization_strength": 0.001,
+               "l2_regularization_strength": 0.001, "l2_shrinkage_regularization_strength": 0.001,
+               "beta": 0.5}
 # (id, registry name, options, hypers): every registered optimizer plus its option variants.
 VARIANTS = [
     ("adam", "adam", {}, {"learning_rate": 0.01}),
@@ -27,6 +31,15 @@ VARIANTS = [
     ("adagrad", "adagrad", {}, {"learning_rate": 0.1}),
     ("adagrad-init1", "adagrad", {"initial_accumulator_value": 1.0}, {"learning_rate": 0.1}),
     ("diffgrad", "diffgrad", {}, {"learning_rate": 0.01}),
+    ("adadelta", "adadelta", {}, {"learning_rate": 1.0}),
+    ("adadelta-rho", "adadelta", {}, {"learning_rate": 0.5, "rho": 0.9, "epsilon": 1e-6}),
+    ("adamax", "adamax", {}, {"learning_rate": 0.01}),
+    ("adamax-beta-2", "adamax", {}, {"learning_rate": 0.02, "beta_2": 0.75, "epsilon": 1e-3}),
+    ("ftrl", "ftrl", {}, {"learning_rate": 0.1}),
+    ("ftrl-regularized", "ftrl", FTRL_OPTIONS, FTRL_HYPERS),
+    ("nadam", "nadam", {}, {"learning_rate": 0.01}),
+    ("nadam-schedule-decay", "nadam", {"schedule_decay": 0.1},
+     {"learning_rate": 0.02, "beta_2": 0.9}),
     ("accum-sgd-k2", "accumulation", {"inner": "sgd", "accumulation_steps": 2},
      {"learning_rate": 0.1, "momentum": 0.9}),
     ("accum-sgd-k3", "accumulation", {"inner": "sgd", "accumulation_steps": 3},
@@ -123,6 +136,21 @@ KERAS_CASES = [
                  id="rmsprop-centered-momentum"),
     pytest.param("adagrad", {}, {"learning_rate": 0.1}, lambda: LEGACY.Adagrad(0.1),
                  id="adagrad"),
+    pytest.param("adadelta", {}, {"learning_rate": 1.0}, lambda: LEGACY.Adadelta(1.0),
+                 id="adadelta"),
+    pytest.param("adadelta", {}, {"learning_rate": 0.5, "rho": 0.8, "epsilon": 1e-4},
+                 lambda: LEGACY.Adadelta(0.5, rho=0.8, epsilon=1e-4), id="adadelta-rho"),
+    pytest.param("adamax", {}, {"learning_rate": 0.01}, lambda: LEGACY.Adamax(0.01),
+                 id="adamax"),
+    pytest.param("adamax", {}, {"learning_rate": 0.02, "beta_1": 0.5, "beta_2": 0.75},
+                 lambda: LEGACY.Adamax(0.02, beta_1=0.5, beta_2=0.75), id="adamax-betas"),
+    pytest.param("ftrl", {}, {"learning_rate": 0.1}, lambda: LEGACY.Ftrl(0.1), id="ftrl"),
+    pytest.param("ftrl", FTRL_OPTIONS, FTRL_HYPERS,
+                 lambda: LEGACY.Ftrl(**FTRL_OPTIONS, **FTRL_HYPERS), id="ftrl-regularized"),
+    pytest.param("nadam", {}, {"learning_rate": 0.01}, lambda: LEGACY.Nadam(0.01), id="nadam"),
+    pytest.param("nadam", {"schedule_decay": 0.1}, {"learning_rate": 0.02, "beta_2": 0.9},
+                 lambda: LEGACY.Nadam(0.02, beta_2=0.9, schedule_decay=0.1),
+                 id="nadam-schedule-decay"),
 ]
 
 
@@ -197,8 +225,10 @@ def embedding_case(name, options, hypers):
 
 # Three steps touching different row subsets; ids repeat within a batch (duplicates summed).
 ID_BATCHES = [[[1, 3], [3, 6]], [[0, 1], [1, 1]], [[6, 2], [2, 6]]]
-# accumulation and adafactor densify an IndexedSlices gradient (their docstrings say why)
-LAZY_PARAMS = [p for p in VARIANT_PARAMS if p.values[0] not in ("accumulation", "adafactor")]
+# accumulation and adafactor densify an IndexedSlices gradient (their docstrings say why);
+# Nadam decays every row's moments, as Keras 2's (tests/test_keras_drop_in.py)
+LAZY_PARAMS = [p for p in VARIANT_PARAMS
+               if p.values[0] not in ("accumulation", "adafactor", "nadam")]
 
 
 @pytest.mark.parametrize("name,options,hypers", LAZY_PARAMS)

@@ -324,9 +324,9 @@ def test_option_ranges_refuse_what_the_constructor_refuses(name):
     cls = registry.get(name)
     for option, limits in catalog.BUILTINS[name].option_ranges:
         kind = type(registry.option_defaults(name)[option])
-        bad = [kind(limits.low - 1)] + ([kind(limits.high + 1)] if math.isfinite(limits.high)
-                                        else [])
-        bad += [math.nan, math.inf] if kind is float else []
+        bad = ([kind(limits.low - 1)] if math.isfinite(limits.low) else []) + (
+            [kind(limits.high + 1)] if math.isfinite(limits.high) else [])
+        bad += [math.nan, math.inf, -math.inf] if kind is float else []
         for value in bad:
             with pytest.raises(ValueError) as built:
                 cls(**{option: value})
@@ -334,7 +334,7 @@ def test_option_ranges_refuse_what_the_constructor_refuses(name):
                 registry.validate_options(name, {option: value})
             assert str(checked.value) == str(built.value)
             assert type(checked.value) is type(built.value)
-        good = [kind(limits.low)] + ([kind(limits.high)] if math.isfinite(limits.high) else [])
+        good = [kind(x) for x in (limits.low, limits.high) if math.isfinite(x)]
         for value in good:
             assert registry.validate_options(name, {option: value})[option] == value
             cls(**{option: value})  # accepted by the constructor too
