@@ -112,6 +112,11 @@ class GradientAccumulation(Wrapper, RuleOptimizer):
             return self.inner.slot_initializer(name, var)
         return super().slot_initializer(name, var)
 
+    def slot_shape(self, name, var):
+        if name in self.inner.slot_names_for_rule():
+            return self.inner.slot_shape(name, var)
+        return super().slot_shape(name, var)
+
     def coefficients(self, hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, Any]:
         """Inner coefficients at inner step max(step // k, 1), plus `apply` (bool) and `k`."""
         k = tf.cast(self.accumulation_steps, step.dtype)

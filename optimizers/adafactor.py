@@ -137,7 +137,8 @@ class Adafactor(RuleOptimizer):
     1/sqrt(t))` passes it to learning_rate only while learning_rate < 1/sqrt(t). Elsewhere those
     derivatives are exactly 0 (forward = reverse = finite differences = 0).
 
-    Slots: `AdafactorSlots` (`r`, `c`, `v`; shapes by `slot_shape`), created in `_create_slots`.
+    Slots: `AdafactorSlots` (`r`, `c`, `v`; shapes by `slot_shape`), created in `_create_slots`
+    with the shapes `slot_shape` gives.
 
     Args:
         learning_rate: library: float >= 0, `LearningRateSchedule`, zero-arg callable, scalar
@@ -169,11 +170,9 @@ class Adafactor(RuleOptimizer):
         self._set_hyper("clip_threshold", clip_threshold)
         self.relative_step = relative_step
 
-    def _create_slots(self, var_list):
-        # `r` and `c` are not shaped like the variable: `add_slot` takes their shape.
-        for name in self.declared_slot_names():
-            for var in var_list:
-                self.add_slot(var, name, initializer="zeros", shape=slot_shape(name, var.shape))
+    def slot_shape(self, name, var):
+        """`r` and `c` are not shaped like the variable (see `AdafactorSlots`)."""
+        return slot_shape(name, var.shape)
 
     def coefficients(self, hypers, step):
         return adafactor_coefficients(hypers, step, self.relative_step)

@@ -139,12 +139,20 @@ class DeclaredSlots:
         del name, var
         return "zeros"
 
+    def slot_shape(self, name: str, var: tf.Variable | tf.Tensor) -> tf.TensorShape:
+        """The shape of slot `name` for `var`: the variable's own shape, unless the rule's slot
+        record says otherwise (e.g. Adafactor's factored row and column statistics)."""
+        del name
+        return var.shape
+
     def _create_slots(self, var_list):
         # Slot by slot, then variable by variable, as Keras's own optimizers create them: the
         # order fixes `optimizer.weights` (and so a checkpoint's layout).
         for name in self.declared_slot_names():
             for var in var_list:
-                self.add_slot(var, name, initializer=self.slot_initializer(name, var))
+                shape = self.slot_shape(name, var)
+                self.add_slot(var, name, initializer=self.slot_initializer(name, var),
+                              shape=None if shape == var.shape else shape)
 
 
 class RuleOptimizer(DeclaredSlots, LegacyOptimizer):

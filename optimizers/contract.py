@@ -318,7 +318,7 @@ def check_differentiable(cls: type) -> tuple[bool, str]:
     opt = cls()
     start, g = _initial()
     var, grad = tf.constant(start), tf.constant(g)
-    slots = {n: tf.zeros_like(var) for n in opt.slot_names_for_rule()}
+    slots = {n: tf.zeros(opt.slot_shape(n, var), var.dtype) for n in opt.slot_names_for_rule()}
     hypers = opt.hyper_tensors(tf.float32)
     lr = hypers["learning_rate"]
     jvps = []

@@ -92,8 +92,13 @@ class RuleTwin(keras.optimizers.Optimizer):
             made = []
             for var in variables:
                 initializer = self._rule.slot_initializer(slot, var)
-                made.append(self.add_variable_from_reference(
-                    var, name=slot, initializer=initializer))
+                shape = self._rule.slot_shape(slot, var)
+                if shape == var.shape:
+                    made.append(self.add_variable_from_reference(
+                        var, name=slot, initializer=initializer))
+                else:  # a slot of its own shape (Adafactor's factored statistics)
+                    made.append(self.add_variable(shape=tuple(shape), initializer=initializer,
+                                                  dtype=var.dtype, name=f"{slot}_{len(made)}"))
             self.slots[slot] = made
 
     def _coefficients(self, dtype, learning_rate) -> dict[str, tf.Tensor]:

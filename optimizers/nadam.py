@@ -186,12 +186,13 @@ class Nadam(RuleOptimizer):
         self._set_hyper("beta_2", beta_2)
         self._set_hyper("epsilon", keras_epsilon(epsilon))
 
-    def _create_slots(self, var_list):
-        for name in ("m", "v"):
-            for var in var_list:
-                self.add_slot(var, name)
-        for var in var_list:
-            self.add_slot(var, "m_cache", initializer="ones", shape=[])
+    def slot_shape(self, name, var):
+        """`m_cache` is one scalar per variable (Keras 2's non-slot `momentum_cache`)."""
+        return tf.TensorShape([]) if name == "m_cache" else var.shape
+
+    def slot_initializer(self, name, var):
+        """`m_cache` starts at 1 (an empty product); `m` and `v` at 0."""
+        return "ones" if name == "m_cache" else super().slot_initializer(name, var)
 
     def coefficients(self, hypers, step):
         return nadam_coefficients(hypers, step, self.schedule_decay)

@@ -24,9 +24,17 @@ CASES = [  # (registry name, hyperparameters, options)
     ("rmsprop", {"learning_rate": 0.01, "momentum": 0.5}, {"centered": True}),
     ("adagrad", {"learning_rate": 0.1}, {}),
     ("diffgrad", {"learning_rate": 0.01}, {}),
-    ("accumulation", {"learning_rate": 0.01}, {"inner": "adam"}),    ("lion", {"learning_rate": 0.01, "weight_decay": 0.1}, {}),
+    ("accumulation", {"learning_rate": 0.01}, {"inner": "adam"}),
+    ("lion", {"learning_rate": 0.01, "weight_decay": 0.1}, {}),
     ("lamb", {"learning_rate": 0.01, "weight_decay": 0.1}, {}),
+    ("adafactor", {"learning_rate": 0.01}, {}),  # factored slots: shaped by slot_shape
+    ("adadelta", {"learning_rate": 1.0}, {}),
+    ("adamax", {"learning_rate": 0.01}, {}),
+    ("ftrl", {"learning_rate": 0.1, "l1_regularization_strength": 0.01}, {}),
 ]
+# Not Nadam: its Keras 2 sparse update is a hybrid (every row's moments decay, only the batch's
+# rows move) that the twin's two sparse policies, lazy rows or densify, do not reproduce;
+# tests/test_keras_drop_in.py holds it to Keras 2.
 RNG = np.random.default_rng(0)
 W0, B0, E0 = RNG.normal(size=(6, 4)), RNG.normal(size=4), RNG.normal(size=(10, 3))
 BATCHES = [(RNG.normal(size=(5, 6)), RNG.normal(size=(5, 4)),
