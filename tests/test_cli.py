@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from optimizer_lab.cli import build_parser, config_from_args, main
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["train", "--optimizer", "sgd", "--learning-rate", "0.05", "--momentum", "0.9",

@@ -15,7 +15,8 @@ import pytest
 
 from components import hypergrad_figures as hf
 from settings.run_config import RunConfig
-from runs.store import COMMAND_KINDS, RunStore
+from runs.protocol import COMMAND_KINDS
+from runs.store.run_store import RunStore
 
 STEPS = 60
 PAGE = str(Path(__file__).resolve().parents[1] / "views" / "hypergrad_page.py")
@@ -25,7 +26,7 @@ PAGE = str(Path(__file__).resolve().parents[1] / "views" / "hypergrad_page.py")
 @pytest.fixture(scope="module")
 def hyper_run(tmp_path_factory):
     from optimizers.base import RuleOptimizer
-    from runs import worker
+    from runs.process import worker
 
     calls = []
     original = RuleOptimizer._set_hyper

@@ -121,8 +121,9 @@ def test_learning_rate_figure_planned_and_recorded():
 def test_train_page_cosine_decay_start_carries_the_schedule(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
-    from runs import control
-    from runs.store import FINAL_STATUSES, RunStore
+    from runs.service import control
+    from runs.protocol import FINAL_STATUSES
+    from runs.store.run_store import RunStore
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     app = str(Path(__file__).resolve().parents[1] / "app.py")

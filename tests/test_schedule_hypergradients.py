@@ -274,7 +274,7 @@ def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
     from streamlit.testing.v1 import AppTest
 
     from components import correctness_runner
-    from runs.store import RunStore
+    from runs.store.run_store import RunStore
     from settings.run_config import RunConfig
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
@@ -311,8 +311,8 @@ def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
 
 # ----- a live run (worker, engine with a LiveSchedule, HyperStepper) -----------------------------
 def test_a_run_follows_autotunes_and_slices_a_schedule_parameter(tmp_path):
-    from runs import worker
-    from runs.store import RunStore
+    from runs.process import worker
+    from runs.store.run_store import RunStore
     from settings.run_config import RunConfig
 
     store = RunStore(tmp_path / "runs.sqlite")

@@ -1,7 +1,7 @@
 """The Train page: set up a run, start it, watch it live and change its hyperparameters live.
 
 Thin on purpose: no TensorFlow maths here. The sidebar (`components.train_setup`) builds a
-`RunConfig`; Start and live changes go through `components.train_actions` and `runs.control`;
+`RunConfig`; Start and live changes go through `components.train_actions` and `runs.service.control`;
 the live area below re-reads the run store every 0.5 s (`st.fragment`) and draws it with the
 pure builders of `components.figures`.
 """
@@ -16,7 +16,7 @@ from components import train_setup
 from components.page_store import store
 from components.store_guard import guard_page
 from components.train_actions import run_specs, selected_run
-from runs.store import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
+from runs.protocol import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
 
 REFRESH_S = 0.5
 
