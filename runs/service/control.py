@@ -133,10 +133,13 @@ def _active_run(store: RunStore, run_id: int, caller: Caller = LOCAL,
 
 def set_hyper(store: RunStore, run_id: int, name: str, value: Any, source: str = "user",
               caller: Caller = LOCAL) -> int:
-    """Queue a live hyperparameter change; returns the command id (see `wait_for_command`).
+    """Queue a live hyperparameter change; returns the command id (see
+    `runs.service.waiting.wait_for_command`).
 
-    This is the one check of the value: the run process trusts the queued payload (only the
-    optimizer's own `_set_hyper` guard applies there).
+    The one check of a hyperparameter's value against its spec: the run process trusts the
+    queued payload (only the optimizer's own `_set_hyper` guard applies there). A run setting
+    (`lr_schedule`, `decay`) is checked by `protocol.checked_run_setting`, the check
+    `protocol.parse` also applies to every row the run process reads.
 
     Raises:
         NotOwner: `caller` does not own the run.

@@ -14,8 +14,8 @@ folder it loaded may be newer than the worker).
 from engine.record_rows import ROW_TYPES, STORED_AFTER
 
 # SQL type of a record-row field, from its annotation as written (`engine.record_rows` postpones
-# annotations: NamedTuple keeps them as `ForwardRef`s of the text). A float is nullable: SQLite stores NaN
-# as NULL. Sequences (histogram counts) are stored as JSON text.
+# annotations: NamedTuple keeps them as `ForwardRef`s of the text). A float is nullable: SQLite
+# stores NaN as NULL. Sequences (histogram counts) are stored as JSON text.
 _SQL_TYPES = {"int": "INTEGER NOT NULL", "str": "TEXT NOT NULL", "float": "REAL",
               "float | None": "REAL", "Sequence[int]": "TEXT NOT NULL"}
 # Columns a value must reach even though the field is a plain float (the new value of a
