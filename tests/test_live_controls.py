@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from runs import protocol
-from runs.service import control, waiting
+from runs.service import control, pool, waiting
 from runs.service.ownership import Caller
 from runs.protocol import FINAL_STATUSES
 from runs.store.run_store import RunStore
@@ -76,7 +76,7 @@ def test_control_set_speed_names_the_range_and_dedupes(home):
 
 
 def test_a_run_starts_at_the_pace_it_was_started_with(home, monkeypatch):
-    monkeypatch.setattr(control, "dispatch", lambda *args, **kwargs: None)  # no process
+    monkeypatch.setattr(pool, "dispatch", lambda *args, **kwargs: None)  # no process
     store = RunStore()
     with pytest.raises(ValueError, match=r"steps_per_second=2000 refused: must be in "
                                          r"\[0.1, 1000\]"):
@@ -91,7 +91,7 @@ def test_a_run_starts_at_the_pace_it_was_started_with(home, monkeypatch):
 
 
 def test_the_train_page_starts_at_the_chosen_speed(app, monkeypatch):
-    monkeypatch.setattr(control, "dispatch", lambda *args, **kwargs: None)
+    monkeypatch.setattr(pool, "dispatch", lambda *args, **kwargs: None)
     assert app.select_slider(key="start_speed").value == 50.0  # the default pace
     app.select_slider(key="start_speed").set_value(5.0)
     app.button(key="start").click().run()

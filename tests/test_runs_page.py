@@ -193,9 +193,9 @@ def _import_start_script():
 
 
 def test_import_start_is_owned_by_the_session_that_started_it(store, monkeypatch):
-    from runs.service import control
+    from runs.service import pool
 
-    monkeypatch.setattr(control, "dispatch", lambda store, size=None: [])  # no process
+    monkeypatch.setattr(pool, "dispatch", lambda store, size=None: [])  # no process
     at = AppTest.from_function(_import_start_script, default_timeout=60)
     at.session_state[session_runs._TOKEN] = TOKEN
     at.session_state["test_import_config"] = RunConfig(steps=10).to_json_dict()

@@ -71,17 +71,17 @@ def test_stop_of_a_stalled_run_kills_it_and_frees_its_place(store, child):
     queued = store.create_run(RunConfig(**TINY, steps=10).to_json_dict(), status="queued")
     os.kill(child.pid, signal.SIGSTOP)  # frozen: it would never read a `stop` command
     launched = []
-    original = control.dispatch
+    original = pool.dispatch
 
     def fake_dispatch(store, size=None):  # no TensorFlow worker for the queued run
         launched.extend(store.claim_queued(1))
         return launched
 
-    control.dispatch = fake_dispatch
+    pool.dispatch = fake_dispatch
     try:
         assert control.stop(store, run_id) is None
     finally:
-        control.dispatch = original
+        pool.dispatch = original
     run = store.run(run_id)
     assert run["status"] == "stopped"
     assert run["message"].startswith("stopped while stalled (no heartbeat for 10")

@@ -29,9 +29,8 @@ import pydantic
 from optimizers import registry
 from runs import protocol
 from runs.protocol import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
-from runs.service import ownership
+from runs.service import ownership, pool
 from runs.service.ownership import LOCAL, Caller, NotOwner
-from runs.service.pool import TAB_CLOSE_POLICIES, check_processes, dispatch, pool_size, reap
 from runs.service.warm_pool import keep_warm
 from runs.store.admission import MEMORY_BUDGET_ENV, estimate_mb, memory_budget_mb
 from runs.store.processes import pid_alive, same_process_alive
@@ -51,8 +50,8 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
               steps_per_second: float | None = None) -> int:
     """Create the run in the store and start it as soon as the pool has a free place.
 
-    The run is stored `queued`, owned by `caller` (no owner for `LOCAL`); `dispatch` then
-    starts it at once when fewer than `pool_size()` runs are active and its estimated memory
+    The run is stored `queued`, owned by `caller` (no owner for `LOCAL`); `pool.dispatch` then
+    starts it at once when fewer than `pool.pool_size()` runs are active and its estimated memory
     fits the budget, otherwise it waits for a run to end (see `RunStore.queue_positions`).
     A page's caller (not `LOCAL`: the pages live in the long-lived server) also makes this
     process keep warm workers (`keep_warm`), so the next runs start without a TensorFlow import;
@@ -74,11 +73,11 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
             outside [`protocol.MIN_SPEED`, `protocol.MAX_SPEED`] (nothing is stored then).
     """
     speed = _speed_payload(steps_per_second)
-    reap()
-    if on_tab_close not in TAB_CLOSE_POLICIES:
+    pool.reap()
+    if on_tab_close not in pool.TAB_CLOSE_POLICIES:
         raise ValueError(f"on_tab_close={on_tab_close!r} refused: must be one of "
-                         f"{', '.join(TAB_CLOSE_POLICIES)}")
-    size = pool_size()
+                         f"{', '.join(pool.TAB_CLOSE_POLICIES)}")
+    size = pool.pool_size()
     budget, need = memory_budget_mb(), estimate_mb(config.to_json_dict())
     if budget is not None and need > budget:
         raise ValueError(f"run refused: it needs ~{need:.0f} MB (hyper-gradients "
@@ -90,7 +89,7 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
     store.update_run(run_id, on_tab_close=on_tab_close)
     if steps_per_second is not None:  # pending before the process exists: its first poll
         store.send_command_once(run_id, "set_speed", speed)
-    dispatch(store, size)
+    pool.dispatch(store, size)
     if not caller.local:
         keep_warm(store)
     return run_id
@@ -115,7 +114,7 @@ def _speed_payload(steps_per_second: float | None) -> dict[str, Any]:
 def _authorized(store: RunStore, run_id: int, caller: Caller, action: str) -> dict[str, Any]:
     """The run, read after runs whose process is gone were marked interrupted, when `caller`
     may do `action` to it (`ownership.authorize`)."""
-    check_processes(store)
+    pool.check_processes(store)
     return ownership.authorize(store, run_id, caller, action)
 
 
@@ -259,8 +258,8 @@ def _stop(store: RunStore, run: dict[str, Any]) -> int | None:
     if run["status"] == "starting" and store.set_status(
             run_id, "stopped", "stopped before its first step", only_from=("starting",)):
         _signal(run, signal.SIGTERM)
-        reap()
-        dispatch(store)
+        pool.reap()
+        pool.dispatch(store)
         return None
     silent = store.stalled_for(run)
     if silent is not None and same_process_alive(run["pid"], run.get("pid_start")):
@@ -270,8 +269,8 @@ def _stop(store: RunStore, run: dict[str, Any]) -> int | None:
             _signal(run, signal.SIGKILL)
             store.add_event(run_id, "stalled_stop", "",
                             f"no heartbeat for {silent:.0f} s, SIGKILL to pid {run['pid']}")
-            reap()
-            dispatch(store)
+            pool.reap()
+            pool.dispatch(store)
             return None
     return store.send_command_once(run_id, "stop")[0]
 
