@@ -4,7 +4,7 @@ Builds a store holding one 50,000-step run recorded the way a real run records i
 `engine.recording` schedule: every step up to 1,000, then every 10th, then every 100th;
 validation every 25 steps; slot statistics of 6 variables x 3 slots on recorded steps;
 histograms on histogram steps; hyper-gradients every 5 steps of 2 hyperparameters), then times
-`runs.export.export_run` with and without TensorBoard events, and the TensorBoard part alone:
+`runs.io.export.export_run` with and without TensorBoard events, and the TensorBoard part alone:
 TensorBoard protos written as TFRecords (what the export does) against one eager `tf.summary`
 op per row (the previous writer, kept here as the reference), side by side in one run.
 
@@ -27,8 +27,8 @@ import lab_env  # noqa: F401  (Keras 2 before TensorFlow loads)
 import numpy as np  # noqa: E402
 
 from engine import recording  # noqa: E402
-from runs import export  # noqa: E402
-from runs.store import RunStore  # noqa: E402
+from runs.io import export  # noqa: E402
+from runs.store.run_store import RunStore  # noqa: E402
 from settings.run_config import RunConfig  # noqa: E402
 
 VARIABLES = ("dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias", "dense_2/kernel",
@@ -109,7 +109,7 @@ def main() -> None:
     protos = timed(lambda: export.write_tensorboard(home / "tb-proto", {}, scalars, changes,
                                                     stats, hists), args.repeats)
     ops = timed(lambda: tf_ops_writer(home / "tb-ops", scalars, stats), 1)
-    from runs.bundle_import import read_run_bundle
+    from runs.io.bundle_import import read_run_bundle
 
     data = (home / "out" / f"run-{run_id}.zip").read_bytes()
     bundle = read_run_bundle(data)

@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(args.root.resolve()))
         os.environ["OPTIMIZER_LAB_HOME"] = str(home)
         try:
-            from runs import control
-            from runs.store import RunStore
+            from runs.service import control
+            from runs.store.run_store import RunStore
 
             store = RunStore()
             for run_id in store.runs()["id"]:

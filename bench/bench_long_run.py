@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import lab_env  # noqa: F401  (Keras 2 before TensorFlow loads)
 from _streamlit_server import streamlit_server
 from settings.run_config import RunConfig
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update",
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             log = open(home / f"run-{run_id}.log", "wb")
             start = time.monotonic()
             worker = subprocess.Popen(
-                [sys.executable, "-m", "runs.worker", "--store", str(store.path),
+                [sys.executable, "-m", "runs.process.worker", "--store", str(store.path),
                  "--run-id", str(run_id), "--full-recording"],
                 cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,

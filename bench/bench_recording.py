@@ -7,7 +7,7 @@
    so each runs first, second and third equally often):
    * bare: a compiled train step (gather batch, forward, gradient, `apply_gradients`) called
      in a Python loop, no statistics, no store; synchronised once per round.
-   * recorded: the run loop of `runs.worker` with FULL recording (decimation off: train
+   * recorded: the run loop of `runs.process.worker` with FULL recording (decimation off: train
      loss + packed slot statistics every step, histograms every 20 steps, validation every 25,
      store appends every 0.25 s, command polls every 0.1 s).
    * default: the same loop with the default recording (`recording.should_record`) from step
@@ -52,10 +52,11 @@ import lab_env  # noqa: F401  (Keras 2 before TensorFlow loads)
 import tensorflow as tf
 
 from engine import recording
-from runs import worker
+from runs.process.handlers import HANDLERS
+from runs.process.run_loop import RunLoop
 from settings.run_config import RunConfig
 from engine.train_step import Engine, cross_entropy
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 
 
 def bare_loop(config: RunConfig, steps: int) -> float:
@@ -94,7 +95,8 @@ def recorded_loop(config: RunConfig, steps: int, store: RunStore, decimated: boo
     else:
         record = lambda s: True  # noqa: E731
         histogram = lambda s: s % recording.HISTOGRAM_FACTOR == 0 or s == 1  # noqa: E731
-    run = worker._Run(run_id, store, engine, total, config.eval_every, record, histogram)
+    run = RunLoop(run_id, store, engine, total, config.eval_every, record, histogram,
+                  handlers=HANDLERS)
     run.one_step()  # trace + step-1 bookkeeping outside the timing
     for statistics_level in (True, False):  # each recording level's first call (trace,
         engine.step(record=statistics_level)  # graph optimisation: ~0.4-0.7 s once per run)
@@ -118,7 +120,7 @@ def long_run(store_path: Path, steps: int) -> tuple[int, int, float]:
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     start = time.time()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runs.worker", "--store", str(store_path),
+        [sys.executable, "-m", "runs.process.worker", "--store", str(store_path),
          "--run-id", str(run_id), "--full-recording"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )

@@ -14,7 +14,7 @@ import streamlit as st
 
 from components.page_store import store
 from components.store_guard import guard_page
-from runs.store import LIVE_STATUSES
+from runs.protocol import LIVE_STATUSES
 
 REFRESH_S = 0.5  # seconds between two reads of a training run
 

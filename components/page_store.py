@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from runs.store import RunStore, default_store_path
+from runs.store.files import default_store_path
+from runs.store.run_store import RunStore
 
 
 @st.cache_resource(show_spinner=False)

@@ -4,10 +4,10 @@ in NumPy, beside the effective rate it recorded).
 
 One click, one command: a button whose command is still pending in the store is disabled
 (`pending_kinds`) until the run process has taken it (it then changes the status, e.g. to
-`paused`), and `runs.control` does not queue a twin of a pending pause/resume/step/stop/
+`paused`), and `runs.service.control` does not queue a twin of a pending pause/resume/step/stop/
 set_speed (`RunStore.send_command_once`), so a click repeated under load sends nothing more. A
 Stop (or Pause...) of a run that has ended meanwhile is told as "already stopped", not as an
-error. Ownership is checked by the run service (`runs.ownership`), never here.
+error. Ownership is checked by the run service (`runs.service.ownership`), never here.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ import streamlit as st
 from components import figures, live_chart, session_runs
 from components.hyper_widgets import default_value
 from schedules import preview as schedule_curves, table as schedule_specs
-from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, RunStore
+from runs.protocol import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED
+from runs.store.run_store import RunStore
 from settings import fields
 
 # Choices of the speed control, in steps per second; None is full speed (no sleep). One step at
@@ -55,7 +56,7 @@ def send(store: RunStore, kind: str, run_id: int) -> None:
     A run that ended meanwhile is told ("run #3 is already stopped"), not warned about; other
     refusals (not the owner, not paused for Step) are shown.
     """
-    from runs import control
+    from runs.service import control, ownership
 
     state = st.session_state
     try:
@@ -68,7 +69,7 @@ def send(store: RunStore, kind: str, run_id: int) -> None:
         return
     try:
         getattr(control, kind)(store, run_id, caller=session_runs.caller())
-    except control.NotOwner as error:
+    except ownership.NotOwner as error:
         state["control_messages"] = [("info", f"{kind} not sent: {error}")]
     except (KeyError, ValueError) as error:
         status = store.run(run_id)["status"]
@@ -83,14 +84,14 @@ def send(store: RunStore, kind: str, run_id: int) -> None:
 def send_speed(store: RunStore, run_id: int) -> None:
     """The speed control moved: queue `set_speed` (callback); nothing when the run already
     goes (or was last told to go) at that pace."""
-    from runs import control
+    from runs.service import control, ownership
 
     speed = st.session_state[f"speed_{run_id}"]
     if speed == control.speed(store, run_id):
         return
     try:
         control.set_speed(store, run_id, speed, caller=session_runs.caller())
-    except control.NotOwner as error:
+    except ownership.NotOwner as error:
         st.session_state["control_messages"] = [("info", f"speed not sent: {error}")]
     except (KeyError, ValueError) as error:
         st.session_state["control_messages"] = [("warning", f"speed refused: {error}")]
@@ -98,11 +99,11 @@ def send_speed(store: RunStore, run_id: int) -> None:
 
 def take_control(store: RunStore, run_id: int) -> None:
     """Take a run over (allowed by the run service only when nobody answers for it)."""
-    from runs import control
+    from runs.service import ownership
 
     try:
         why = session_runs.adopt(run_id, store)
-    except (KeyError, control.NotOwner) as error:
+    except (KeyError, ownership.NotOwner) as error:
         st.session_state["control_messages"] = [("warning", str(error))]
         return
     st.session_state["control_messages"] = [("success", f"run #{run_id} is now yours ({why}); "
@@ -113,12 +114,12 @@ def status_line(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> 
     """`Run #id · status · step n/total (or "continuous") · steps/s · device · traces`."""
     parts = [f"**Run #{run['id']}** · status **{run['status']}**"]
     if run["status"] == QUEUED:
-        from runs import control
+        from runs.service import pool
 
         positions = store.queue_positions()
         return " · ".join(parts + [
             f"queue position **{positions.get(run['id'])}** of {len(positions)}",
-            f"{store.active_count()} of {control.pool_size()} pool places busy "
+            f"{store.active_count()} of {pool.pool_size()} pool places busy "
             "(`OPTIMIZER_LAB_POOL_SIZE`); it starts when a run ends",
         ])
     if run["total_steps"] >= continuous_steps():
@@ -139,7 +140,7 @@ def status_line(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> 
 
 def controls(store: RunStore, run: dict[str, Any], commands: pd.DataFrame) -> None:
     """Take control (view only), or Pause / Resume / Step / Stop and the speed of the run."""
-    from runs import control, ownership
+    from runs.service import control, ownership
 
     events = store.events(run["id"])
     told = st.container()  # one element however many events: the buttons keep their position

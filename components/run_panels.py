@@ -17,7 +17,7 @@ from components.charts import chart
 from components import inspect_figures
 from components import rule_view
 from schedules import preview as schedule_curves, table as schedule_specs
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 from components.figures import DISPLAY_POINTS, HEATMAP_STEPS
 
 ADAM_UPDATE = ("`lr_t * m / (sqrt(v) + epsilon)` with `lr_t = lr * sqrt(1 - beta_2^t) / "

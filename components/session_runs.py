@@ -1,7 +1,7 @@
 """This browser session's identity for the run service, and the session's heartbeat.
 
 Many people can use one server at once. Every session sees the shared runs list; only the runs
-it owns are steered from its pages. Ownership is NOT decided here: `runs.ownership.authorize`
+it owns are steered from its pages. Ownership is NOT decided here: `runs.service.ownership.authorize`
 checks every command against the owner stored with the run; this module only says who the
 caller is (`caller()`) and asks the store what it owns (`owns`, `my_runs`).
 
@@ -12,13 +12,13 @@ after a reload the SAME browser regains its runs without asking; another browser
 token. The token is never put in the URL (a share link carries only the setup). Where the
 cookie cannot be set (AppTest, cookies blocked) the token lives for the session only; the
 server may then enable the fallback `OPTIMIZER_LAB_TAKEOVER_AFTER_S`: "Take control" of a
-live run whose owner has been silent that long (see `runs.ownership`; recorded with the run).
+live run whose owner has been silent that long (see `runs.service.ownership`; recorded with the run).
 Runs with no owner (CLI, old stores) can always be taken over.
 
 The heartbeat (`keep_alive`, a fragment of `app.py` that runs on every page) tells the run
-processes and `runs.ownership` that the session is still open (`RunStore.touch_viewers`; a run
+processes and `runs.service.ownership` that the session is still open (`RunStore.touch_viewers`; a run
 started with `OPTIMIZER_LAB_ON_TAB_CLOSE=stop` stops itself once its session has been silent
-for `runs.worker.TAB_CLOSED_AFTER_S`) and starts queued runs when a place in the pool is free
+for `runs.process.run_loop.TAB_CLOSED_AFTER_S`) and starts queued runs when a place in the pool is free
 (a run killed with SIGKILL cannot hand its place over itself).
 """
 
@@ -30,8 +30,10 @@ from typing import Any
 
 import streamlit as st
 
-from runs.ownership import Caller
-from runs.store import LIVE_STATUSES, RunStore, default_store_path
+from runs.service.ownership import Caller
+from runs.protocol import LIVE_STATUSES
+from runs.store.files import default_store_path
+from runs.store.run_store import RunStore
 
 HEARTBEAT_EVERY_S = 10.0
 COOKIE = "optimizer_lab_browser"
@@ -93,13 +95,13 @@ def owns(run: int | dict[str, Any] | None, store: RunStore | None = None) -> boo
 
 
 def adopt(run_id: int, store: RunStore | None = None) -> str:
-    """Take control of `run_id` (`runs.control.take_control`: only a run with no owner, or a
+    """Take control of `run_id` (`runs.service.control.take_control`: only a run with no owner, or a
     live one whose owner has been silent for long; recorded); returns why it was allowed.
 
     Raises:
-        runs.ownership.NotOwner: the owner session is still around.
+        runs.service.ownership.NotOwner: the owner session is still around.
     """
-    from runs import control
+    from runs.service import control
 
     return control.take_control(store or _default_store(), int(run_id), caller())
 
@@ -129,7 +131,7 @@ def remember_browser() -> None:
 
 def beat(store: RunStore) -> None:
     """Touch this session's live runs and start queued runs if the pool has room."""
-    from runs import control
+    from runs.service import pool, warm_pool
 
     # Spares (TensorFlow imports, seconds of both cores) start from this session's second beat
     # on: on the first one the server is painting its first page and checking plugins, and a
@@ -138,9 +140,10 @@ def beat(store: RunStore) -> None:
     st.session_state["_heartbeats"] = beats + 1
     if beats:
         try:
-            control.keep_warm(store)  # idempotent
+            warm_pool.keep_warm(store)  # idempotent
         except ValueError as error:  # a refused OPTIMIZER_LAB_WARM_WORKERS: runs go cold
             st.sidebar.caption(f"warm workers off: {error}")
+    pool.check_processes(store)  # runs whose process is gone are interrupted, not live
     live = store.runs()
     live = live[live["status"].isin(LIVE_STATUSES)]
     mine = set(store.owned_runs(caller().owner))
@@ -148,7 +151,7 @@ def beat(store: RunStore) -> None:
     if touched:
         store.touch_viewers(touched)
     if (live["status"] == "queued").any():
-        control.dispatch(store)
+        pool.dispatch(store)
 
 
 def keep_alive(store: RunStore) -> None:

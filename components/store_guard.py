@@ -1,7 +1,7 @@
 """One line instead of a traceback when the run store cannot be written or opened.
 
 A full disk or a read-only data directory makes every store call raise
-`runs.store.StoreUnavailable` (its message says what happened and what to do). A page wraps
+`runs.store.files.StoreUnavailable` (its message says what happened and what to do). A page wraps
 its body, or each part that touches the store, so that the part shows one `st.error` line and
 the rest of the page still renders:
 
@@ -23,7 +23,7 @@ from typing import Callable, Iterator, TypeVar
 
 import streamlit as st
 
-from runs.store import StoreUnavailable
+from runs.store.files import StoreUnavailable
 
 T = TypeVar("T")
 ICON = ":material/error:"

@@ -1,7 +1,7 @@
 """The Train page's actions: Start, and a Setup change sent to the selected live run.
 
 Widget callbacks (`on_click=`/`on_change=`): they run before the page reruns, read the Setup
-from session state, send a command through `runs.control` (imported on first use: the server
+from session state, send a command through `runs.service.control` (imported on first use: the server
 never needs it to draw) and leave what happened in `start_errors` / `live_messages` for the
 page to show.
 """
@@ -20,7 +20,7 @@ from components.page_store import store
 from optimizers import registry
 from schedules import table as schedule_specs
 from optimizers.hyperparams import InvalidHyperparameter
-from runs.store import ACTIVE_STATUSES
+from runs.protocol import ACTIVE_STATUSES
 from settings import fields
 from settings.run_config import RunConfig
 
@@ -114,7 +114,7 @@ def setup_config() -> RunConfig:
 
 
 def on_start() -> None:
-    from runs import control
+    from runs.service import control, pool
 
     state = st.session_state
     state["start_errors"] = []
@@ -129,7 +129,7 @@ def on_start() -> None:
         state["start_errors"] = [str(error)]
         return
     try:
-        run_id = control.start_run(config, store(), on_tab_close=control.tab_close_policy(),
+        run_id = control.start_run(config, store(), on_tab_close=pool.tab_close_policy(),
                                    caller=session_runs.caller(),
                                    steps_per_second=state["start_speed"])
     except Exception as error:  # the engine refused: show why, keep the page alive
@@ -169,12 +169,12 @@ def on_hyper_change(name: str) -> None:
         return
     if stored_number(value) == stored_number(live_hyperparameters(run)[name]):
         return  # the value the run has (a box or slider sending its value again): no change
-    from runs import control
+    from runs.service import control, ownership
 
     try:
         command = control.set_hyper(store(), run["id"], name, value, source="user",
                                     caller=session_runs.caller())
-    except control.NotOwner as error:
+    except ownership.NotOwner as error:
         state["live_messages"] = [("info", f"{name} not sent: {error}")]
         return
     except InvalidHyperparameter as error:
@@ -231,12 +231,12 @@ def on_schedule_change(name: str) -> None:
         return
     if kind == "none":
         return
-    from runs import control
+    from runs.service import control, ownership
 
     try:
         command = control.set_hyper(store(), run["id"], name, value, source="user",
                                     caller=session_runs.caller())
-    except (control.NotOwner, ValueError) as error:
+    except (ownership.NotOwner, ValueError) as error:
         state["live_messages"] = [("error", f"{name} not sent: {error}")]
         return
     wait_until_handled(command)  # the rerun after this callback then draws the change

@@ -1,10 +1,11 @@
 """Named rows of the run store's record tables: what crosses the process boundary.
 
 The run process (engine recording, the hyper-gradient stepper, the run loop) produces these
-rows; `runs.record_tables.RecordTables.append` writes them, one generic INSERT per row type
+rows; `runs.store.records.Records.append` writes them, one generic INSERT per row type
 built from its fields by `insert_sql`. Each type's fields are the table's columns after
-`run_id`, in the order of the `CREATE TABLE` in `runs/store.py`; `STORED_AFTER` names columns
-the store adds after the fields (`hyper_changes.created`, Unix seconds, the batch's time).
+`run_id`, in the order of the `CREATE TABLE` in `runs/store/schema.py`; `STORED_AFTER` names
+columns the store adds after the fields (`hyper_changes.created`, Unix seconds, the batch's
+time).
 
 Steps are 1-based optimizer steps (0 = before training); losses are in nats. Light on purpose
 (no TensorFlow, no pandas; NumPy for its scalar types): the pages import it through the store.

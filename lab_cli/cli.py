@@ -10,7 +10,7 @@
 
 `train` and `import` create the run in the store (default `$OPTIMIZER_LAB_HOME/runs.sqlite`,
 the one the Streamlit app shows) and start the same run process the Train page starts
-(`runs.control.start_run`); the command polls the store and draws a progress bar on stderr.
+(`runs.service.control.start_run`); the command polls the store and draws a progress bar on stderr.
 Ctrl-C sends `stop` to the run and waits for it to end. `--detach` returns at once.
 
 Every flag of `train` is generated from the settings table (`settings.cli_flags`): one per
@@ -51,7 +51,8 @@ from settings.cli_flags import (COMMAND_LINE, FlagError, add_run_flags, flag, hy
 from settings.config_file import ConfigImportError
 from settings.decode import decode
 from settings.run_config import RunConfig
-from runs.store import FINAL_STATUSES, RunStore
+from runs.protocol import FINAL_STATUSES
+from runs.store.run_store import RunStore
 
 __all__ = ["build_parser", "config_from_args", "flag", "hyper_specs", "main", "option_types"]
 PROG = "optimizer-lab"  # the installed command ([project.scripts] in pyproject.toml)
@@ -121,7 +122,7 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     """The `RunConfig` of `train`'s flags (over `--config`); refusals are `parser.error`."""
     base: dict[str, Any] = {}
     if args.config is not None:
-        from runs.export import load_import  # pandas: only when a file is given
+        from runs.io.export import load_import  # pandas: only when a file is given
 
         try:
             base = load_import(args.config).to_json_dict()
@@ -146,11 +147,11 @@ def config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) 
 def check_environment(parser: argparse.ArgumentParser) -> None:
     """Refuse a bad `OPTIMIZER_LAB_POOL_SIZE` or `OPTIMIZER_LAB_WORKER_NICE` as one line
     (`parser.error`, exit status 2) before a store is opened or a run started."""
-    from runs import control
+    from runs.service import pool
 
     try:
-        control.pool_size()
-        control.worker_nice()
+        pool.pool_size()
+        pool.worker_nice()
     except ValueError as error:
         parser.error(f"environment variable {error}")
 
@@ -191,6 +192,7 @@ def _progress(store: RunStore, run_id: int, total: int, show: bool) -> dict[str,
                   disable=not show) as bar:
         task = bar.add_task("train", total=total, run=f"#{run_id}", status="starting", loss="")
         while True:
+            store.mark_interrupted()  # a run whose process died ends the wait
             run = store.run(run_id)
             loss = store.scalars(run_id, ["train_loss"]).tail(1)
             text = f"loss {loss['value'].iloc[0]:.4g}" if not loss.empty else ""
@@ -212,7 +214,7 @@ def final_scalars(store: RunStore, run_id: int) -> str:
 
 def run_config(config: RunConfig, store: RunStore, args: argparse.Namespace) -> int:
     """Start `config` as a run and (unless `--detach`) follow it; returns the exit status."""
-    from runs import control
+    from runs.service import control, waiting
 
     run_id = control.start_run(config, store, name=args.name)
     print(f"run {run_id} started: {config.optimizer} on {config.dataset}/{config.model}, "
@@ -228,7 +230,7 @@ def run_config(config: RunConfig, store: RunStore, args: argparse.Namespace) -> 
             control.stop(store, run_id)
         except ValueError:
             pass
-        run = control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
+        run = waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
     print(f"run {run_id} {run['status']}: {run['message']}", file=sys.stderr)
     final = final_scalars(store, run_id)
     if final:  # the validation numbers too, not only the progress bar's train loss
@@ -241,6 +243,7 @@ def list_runs(store: RunStore) -> str:
     """The runs of `store` as a plain-text table (newest first)."""
     import pandas as pd
 
+    store.mark_interrupted()  # list a run whose process died as interrupted
     table = store.runs()
     if table.empty:
         return f"no runs in {store.path}"
@@ -325,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_environment(parser)
         return run_config(config, open_store(args, parser), args)
     if args.command == "import":
-        from runs.export import load_import
+        from runs.io.export import load_import
 
         try:
             config = load_import(args.file)
@@ -338,7 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(list_runs(store))
         return 0
     if args.command == "export":
-        from runs.export import export_run
+        from runs.io.export import export_run
 
         try:
             paths = export_run(store, args.run_id, args.out, tensorboard=not args.no_tensorboard)

@@ -2,7 +2,7 @@
 
 Accepted documents (a JSON object, at most `MAX_BYTES` bytes, UTF-8):
 
-1. our export (`runs.export.export_config`): `{"format": "optimizer-lab/run-config",
+1. our export (`runs.io.export.export_config`): `{"format": "optimizer-lab/run-config",
    "run_config": {...RunConfig...}, "optimizer": {"name", "class_name", "config"}, ...}`;
    only `run_config` is used, `optimizer.class_name` is checked against the registry;
 2. a bare `RunConfig` dict: `{"optimizer": "adam", "hyperparameters": {...}, "dataset": ...}`;
@@ -38,7 +38,7 @@ MAX_BYTES = 64 * 1024
 MAX_DIGITS = 300  # a longer integer literal is beyond a float's range (1.8e308)
 MAX_DEPTH = 16  # an export nests 4 levels; deeper is no config of ours
 EXPORT_FORMAT = "optimizer-lab/run-config"
-EXPORT_VERSIONS = (1,)  # `runs.export.FORMAT_VERSION`s this reader understands
+EXPORT_VERSIONS = (1,)  # `runs.io.export.FORMAT_VERSION`s this reader understands
 # Keys of a tf_keras OptimizerV2 get_config() that carry no lab setting; accepted when neutral.
 NEUTRAL_KERAS_KEYS = {"name": None, "is_legacy_optimizer": None, "decay": 0.0, "clipnorm": None,
                       "clipvalue": None, "global_clipnorm": None}

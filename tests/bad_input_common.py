@@ -14,7 +14,7 @@ import pytest
 from lab_cli import cli
 from optimizers import plugin_discovery as plugins, registry
 from settings.run_config import RunConfig
-from runs.export import export_config
+from runs.io.export import export_config
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ STEPS_RANGE = "[1, 1000000]"
 @pytest.fixture(autouse=True)
 def no_run_started(monkeypatch, tmp_path):
     """Bad input must be refused before a run exists: starting one fails the test."""
-    from runs import control
+    from runs.service import control
 
     def refuse(*args, **kwargs):
         raise AssertionError("a run was started from bad input")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runs import control
-from runs.store import RunStore
+from runs.service import pool, warm_pool
+from runs.store.run_store import RunStore
 
 
 @pytest.fixture()
@@ -15,12 +15,12 @@ def store(tmp_path, monkeypatch):
     pre-filled store override this fixture."""
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     yield RunStore()
-    control.shutdown_warm_pool()  # a page's Start or heartbeat may have kept warm workers
-    for proc in list(control._PROCESSES.values()):  # never leave a worker behind
+    warm_pool.shutdown()  # a page's Start or heartbeat may have kept warm workers
+    for proc in list(pool._PROCESSES.values()):  # never leave a worker behind
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    control.reap()
+    pool.reap()
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +29,7 @@ def _warm_workers_off_unless_marked(request, monkeypatch):
     every AppTest renders the heartbeat, which would otherwise start TensorFlow processes
     (~715 MB, seconds of CPU each) for every test's fresh store."""
     if request.node.get_closest_marker("warm") is None:
-        monkeypatch.setenv(control.WARM_ENV, "off")
+        monkeypatch.setenv(pool.WARM_ENV, "off")
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from settings.run_config import RunConfig
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 
 
 def add_fake_run(store: RunStore, optimizer: str = "adam", learning_rate: float = 1e-3,

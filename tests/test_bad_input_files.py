@@ -1,5 +1,5 @@
 """Bad input in files: a run-config file (`settings.config_file`, `RunConfig`), an exported
-run zip (`runs.export.parse_import`) and the Runs page upload. Each refusal names the field
+run zip (`runs.io.export.parse_import`) and the Runs page upload. Each refusal names the field
 and what it allows; no run process is started (`no_run_started`).
 """
 
@@ -14,7 +14,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from settings.config_file import MAX_BYTES, ConfigImportError, parse_config
-from runs.export import BUNDLE_MAX_BYTES, export_run, parse_import
+from runs.io.export import BUNDLE_MAX_BYTES, export_run, parse_import
 
 
 from bad_input_common import (  # noqa: F401  (fixtures used by name)
@@ -165,7 +165,7 @@ def test_oversized_config_refused_before_parsing(size, monkeypatch):
 def bundle(tmp_path_factory) -> bytes:
     """A real `export_run` zip of a fake (untrained) run, without TensorBoard events."""
     from tests.fake_runs import add_fake_run
-    from runs.store import RunStore
+    from runs.store.run_store import RunStore
 
     home = tmp_path_factory.mktemp("bundle")
     store = RunStore(home / "runs.sqlite")

@@ -11,7 +11,7 @@ import pytest
 
 from settings.share_link import QueryParamsError, from_query_params
 from settings.config_file import ConfigImportError, config_from_dict
-from runs.export import parse_import
+from runs.io.export import parse_import
 
 
 from bad_input_common import (  # noqa: F401  (fixtures used by name)
@@ -105,7 +105,7 @@ def test_hostile_names_on_the_command_line(name, tmp_path, capsys, watched):
     assert not [c for c in watched if c[0] != "import"], watched
 
 
-INPUT_MODULES = ["settings/config_file.py", "settings/run_config.py", "runs/export.py",
+INPUT_MODULES = ["settings/config_file.py", "settings/run_config.py", "runs/io/export.py",
                  "settings/share_link.py", "lab_cli/cli.py", "views/runs.py",
                  "settings/decode.py", "settings/fields.py", "settings/cli_flags.py"]
 # (getattr is not listed: every use in these modules takes its name from our own field tuples

@@ -11,7 +11,7 @@ import pytest
 from _browser import (idle, open_browser, no_exception, playwright_api, set_number,
                       start_button_enabled)
 from _streamlit_server import streamlit_server
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 
 pytestmark = pytest.mark.browser
 

@@ -12,8 +12,8 @@ import pytest
 from _browser import ARGS, CHROMIUM, idle, no_exception, playwright_api
 from _streamlit_server import streamlit_server
 from components.session_runs import COOKIE
-from runs.ownership import Caller
-from runs.store import RunStore
+from runs.service.ownership import Caller
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 pytestmark = pytest.mark.browser

@@ -17,8 +17,9 @@ import pytest
 from _browser import ARGS, CHROMIUM, no_exception, playwright_api, set_number
 from _streamlit_server import streamlit_server
 from test_pool import workers_of
-from runs import control
-from runs.store import FINAL_STATUSES, RunStore
+from runs.service import control, waiting
+from runs.protocol import FINAL_STATUSES
+from runs.store.run_store import RunStore
 
 pytestmark = pytest.mark.browser
 SESSIONS = 4
@@ -101,7 +102,7 @@ def test_four_sessions_pool_queue_and_no_cross_talk(tmp_path):
                 if store.run(run_id)["status"] not in FINAL_STATUSES:
                     control.stop(store, run_id)
             for run_id in ids:
-                control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=120)
+                waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=120)
     deadline = time.monotonic() + 60
     while workers_of(store):
         assert time.monotonic() < deadline, f"worker processes left: {workers_of(store)}"

@@ -12,9 +12,10 @@ import pytest
 
 from _browser import ARGS, CHROMIUM, idle, no_exception, playwright_api
 from _streamlit_server import streamlit_server
-from runs import control
-from runs.store import FINAL_STATUSES, RunStore
-from runs.waiting import wait_for_command
+from runs.service import control, waiting
+from runs.protocol import FINAL_STATUSES
+from runs.store.run_store import RunStore
+from runs.service.waiting import wait_for_command
 
 pytestmark = pytest.mark.browser
 RUNNING = re.compile(r"status running · step [1-9]\d*/100000")
@@ -89,4 +90,4 @@ def test_reopening_train_mid_run_sends_nothing_and_shows_the_live_values(tmp_pat
             browser.close()
             if run_id is not None and store.run(run_id)["status"] not in FINAL_STATUSES:
                 control.stop(store, run_id)
-                control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=120)
+                waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=120)

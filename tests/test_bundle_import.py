@@ -1,4 +1,4 @@
-"""An exported run zip imported WITH its records (`runs.bundle_import`, `RunStore.import_run`).
+"""An exported run zip imported WITH its records (`runs.io.bundle_import`, `RunStore.import_run`).
 
 Round trip: every record table of a run equals, after export and import, the original table
 (floats to 1e-12 relative, ints and text exactly). Refusals: each malformed table, member or
@@ -17,10 +17,12 @@ import pandas as pd
 import pytest
 
 from engine import record_rows
-from runs import bundle_import, control
-from runs.bundle_import import read_run_bundle
-from runs.export import export_run
-from runs.store import IMPORTED, RunStore
+from runs.io import bundle_import
+from runs.service import control
+from runs.io.bundle_import import read_run_bundle
+from runs.io.export import export_run
+from runs.protocol import IMPORTED
+from runs.store.run_store import RunStore
 from settings.config_file import ConfigImportError
 from tests.fake_runs import add_fake_run
 

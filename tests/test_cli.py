@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lab_cli.cli import build_parser, config_from_args, main
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from settings.run_config import RunConfig
-from runs.export import load_import
+from runs.io.export import load_import
 from settings.config_file import MAX_BYTES, ConfigImportError, parse_config
-from runs.export import export_config
+from runs.io.export import export_config
 
 CONFIG = RunConfig(optimizer="sgd", hyperparameters={"learning_rate": 0.05, "momentum": 0.9},
                    options={"nesterov": True}, dataset="moons", model="logistic",

@@ -103,7 +103,7 @@ def test_stats_of_huge_finite_values_stay_finite():
 
 
 def test_display_reads_keep_at_most_max_points_per_series(tmp_path):
-    from runs.store import RunStore
+    from runs.store.run_store import RunStore
 
     store = RunStore(tmp_path / "runs.sqlite")
     run_id = store.create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",

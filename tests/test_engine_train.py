@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from runs import worker
+from runs.process import worker
 from settings.run_config import RunConfig
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 
 ACCURACY_STEPS = 600
 

@@ -19,10 +19,10 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from settings.run_config import RunConfig  # noqa: E402
-from runs.export import load_import  # noqa: E402
-from runs.export import (  # noqa: E402
+from runs.io.export import load_import  # noqa: E402
+from runs.io.export import (  # noqa: E402
     export_run, histogram_buckets, hyper_values_at, wide_metrics)
-from runs.store import RunStore  # noqa: E402
+from runs.store.run_store import RunStore  # noqa: E402
 
 STEPS, EVAL_EVERY = 60, 20
 CONFIG = RunConfig(optimizer="adam", hyperparameters={"learning_rate": 0.01}, dataset="digits",
@@ -32,7 +32,7 @@ CONFIG = RunConfig(optimizer="adam", hyperparameters={"learning_rate": 0.01}, da
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """Run CONFIG, export it, import the config, run it again; (store, ids, paths, imported)."""
-    from runs import worker
+    from runs.process import worker
 
     home = tmp_path_factory.mktemp("export")
     store = RunStore(home / "runs.sqlite")
@@ -113,7 +113,7 @@ def test_event_records_pass_tensorflows_crc_checks(exported, tmp_path):
     TensorFlow with the same records is byte for byte the same; one flipped byte is refused."""
     import tensorflow as tf
 
-    from runs.export import RecordFile
+    from runs.io.export import RecordFile
 
     _, _, paths, _ = exported
     (events,) = paths.logdir.glob("events.out.tfevents.*")

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from _streamlit_server import health, streamlit_server
 from engine import recording
-from runs import control
+from runs.service import control, pool, waiting
 from settings.run_config import RunConfig
-from runs.store import FINAL_STATUSES, pid_alive
+from runs.protocol import FINAL_STATUSES
+from runs.store.processes import pid_alive
 
 TABLES = ("scalars", "slot_stats", "histograms", "hyper_changes")
 
@@ -91,13 +92,13 @@ def server_pid(url: str) -> int:
 def test_sigkill_mid_write_loses_no_committed_record(store):
     config = RunConfig(dataset="moons", model="mlp", steps=500_000, eval_every=50)
     run_id = control.start_run(config, store)
-    control.wait_for_step(store, run_id, 1, timeout_s=120)
+    waiting.wait_for_step(store, run_id, 1, timeout_s=120)
     time.sleep(2.0)  # records for a couple of seconds...
-    control.wait_for_step(store, run_id, 1_500, timeout_s=60)  # ...and past 1,000 (stride 10)
+    waiting.wait_for_step(store, run_id, 1_500, timeout_s=60)  # ...and past 1,000 (stride 10)
     running = store.run(run_id)
     assert running["status"] == "running", running
     pid = running["pid"]
-    assert pid == control._PROCESSES[run_id].pid and pid_alive(pid)
+    assert pid == pool._PROCESSES[run_id].pid and pid_alive(pid)
 
     # Kill while a batch transaction is open: poll the write lock, count, kill.
     deadline = time.monotonic() + 10.0
@@ -105,9 +106,9 @@ def test_sigkill_mid_write_loses_no_committed_record(store):
         pass
     before = counts(store.path, run_id)  # the last committed state (WAL readers never block)
     os.kill(pid, signal.SIGKILL)
-    proc = control._PROCESSES[run_id]
+    proc = pool._PROCESSES[run_id]
     assert proc.wait(timeout=30) == -signal.SIGKILL
-    control.reap()
+    pool.reap()
 
     assert integrity(store.path) == "ok"
     assert store.mark_interrupted() == [run_id]
@@ -146,7 +147,7 @@ def test_sigkill_mid_write_loses_no_committed_record(store):
     # The store takes a new run after the kill, and it finishes (the killed run freed its place).
     fresh = control.start_run(RunConfig(dataset="moons", model="mlp", steps=300, eval_every=50),
                            store)
-    done = control.wait_for_status(store, fresh, FINAL_STATUSES, timeout_s=180)
+    done = waiting.wait_for_status(store, fresh, FINAL_STATUSES, timeout_s=180)
     assert done["status"] == "finished", done
     assert done["step"] == 300
     assert steps_of(store.scalars(fresh), "train_loss") == list(range(1, 301))
@@ -161,7 +162,7 @@ def test_server_sigkill_mid_run_the_run_trains_on_and_finishes(store, tmp_path):
     with streamlit_server(tmp_path) as url:
         run_id = control.start_run(config, store)
         assert health(int(url.rsplit(":", 1)[1])) == "ok"
-        running = control.wait_for_step(store, run_id, 1, timeout_s=120)
+        running = waiting.wait_for_step(store, run_id, 1, timeout_s=120)
         assert running["status"] == "running"
         server = server_pid(url)
         os.kill(server, signal.SIGKILL)
@@ -187,14 +188,14 @@ def test_server_sigkill_mid_run_the_run_trains_on_and_finishes(store, tmp_path):
         assert again["pid"] == running["pid"] and pid_alive(again["pid"])
         assert again["step"] > step_at_kill and again["heartbeat"] > killed_at
 
-    done = control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=300)
+    done = waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=300)
     assert done["status"] == "finished", done  # never interrupted
     assert done["step"] == config.steps and done["message"] == f"finished {config.steps} steps"
     scalars = store.scalars(run_id)
     assert steps_of(scalars, "train_loss") == [
         s for s in range(1, config.steps + 1) if recording.should_record(s)]
     assert steps_of(scalars, "val_loss") == list(range(0, config.steps + 1, config.eval_every))
-    assert control._PROCESSES[run_id].wait(timeout=30) == 0
+    assert pool._PROCESSES[run_id].wait(timeout=30) == 0
     assert integrity(store.path) == "ok"
 
 
@@ -212,7 +213,7 @@ def test_divergence_ends_diverged_with_step_and_quantity_and_finite_records(stor
     config = RunConfig(optimizer="sgd", hyperparameters={"learning_rate": 10.0}, steps=300)
     assert (config.dataset, config.model) == ("digits", "mlp")
     run_id = control.start_run(config, store)
-    run = control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=180)
+    run = waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=180)
     assert run["status"] == "diverged", run
     match = DIVERGED.fullmatch(run["message"])
     assert match, run["message"]
@@ -230,6 +231,6 @@ def test_divergence_ends_diverged_with_step_and_quantity_and_finite_records(stor
     assert steps_of(scalars, "val_loss")[0] == 0
     assert all(math.isfinite(v) for v in scalars["value"]), scalars
     assert stats[["norm", "mean", "std"]].map(math.isfinite).all().all()
-    assert store.pending_commands(run_id) == []
-    assert control._PROCESSES[run_id].wait(timeout=30) == 0  # diverged is an end, not a failure
-    assert "Traceback" not in control.log_path(store, run_id).read_text()
+    assert store.pending(run_id) == []
+    assert pool._PROCESSES[run_id].wait(timeout=30) == 0  # diverged is an end, not a failure
+    assert "Traceback" not in pool.log_path(store, run_id).read_text()

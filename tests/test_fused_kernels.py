@@ -39,9 +39,9 @@ from optimizers.fused_kernels import dense_kernel, kernel_runs
 from optimizers.nadam import Nadam
 from optimizers.rmsprop import RMSprop
 from optimizers.sgd import SGD
-from runs import commands
-from runs.run_loop import _Run
-from runs.store import RunStore
+from runs.process.handlers import HANDLERS, TRACES_ROW
+from runs.process.run_loop import RunLoop
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 LEGACY = tf_keras.optimizers.legacy
@@ -272,23 +272,23 @@ def test_a_traced_step_keeps_its_momentum_regime_until_retraced(make):
     assert np.abs(finals["rule traced"] - finals["eager"]).max() > 0
 
 
-def make_run(tmp_path, optimizer: str, hypers: dict) -> tuple[_Run, RunStore, int]:
+def make_run(tmp_path, optimizer: str, hypers: dict) -> tuple[RunLoop, RunStore, int]:
     config = RunConfig(optimizer=optimizer, hyperparameters=hypers, dataset="moons",
                        model="logistic", batch_size=32, steps=200, eval_every=1000)
     store = RunStore(tmp_path / "runs.sqlite")
     run_id = store.create_run(config.to_json_dict())
-    run = _Run(run_id, store, Engine(config, "/CPU:0"), total=config.steps,
-               eval_every=config.eval_every, record=lambda s: True, histogram=lambda s: False)
+    run = RunLoop(run_id, store, Engine(config, "/CPU:0"), total=config.steps,
+                  eval_every=config.eval_every, record=lambda s: True, histogram=lambda s: False,
+                  handlers=HANDLERS)
     run.buffers["hyper_changes"] = [HyperChangeRow(1, n, None, v, "init")
                                     for n, v in run.engine.optimizer.hyper_values().items()]
     return run, store, run_id
 
 
-def send(run: _Run, name: str, value: float) -> str:
+def send(run: RunLoop, name: str, value: float) -> str:
     payload = {"name": name, "value": value, "source": "user"}
     command_id = run.store.send_command(run.run_id, "set_hyper", payload)
-    return commands.handle(run, {"id": command_id, "kind": "set_hyper",
-                                 "payload": json.dumps(payload)})
+    return run.handle({"id": command_id, "kind": "set_hyper", "payload": json.dumps(payload)})
 
 
 @pytest.mark.slow
@@ -314,7 +314,7 @@ def test_the_run_loop_retraces_once_when_momentum_crosses_zero(tmp_path, optimiz
         np.testing.assert_array_equal(slot.numpy(), before)
         run.flush(wait=True)
         rows = store.hyper_changes(run_id)
-        traced = rows[rows["name"] == commands.TRACES_ROW]
+        traced = rows[rows["name"] == TRACES_ROW]
         assert traced[["step", "old", "new"]].values.tolist() == [[4, 1, 2], [5, 2, 3]]
         assert all("momentum regime (retrace)" in s for s in traced["source"])
     finally:

@@ -281,7 +281,7 @@ def test_stock_adam_demo_shows_aggregation():
 
 def _whole_config_tab(run_id):
     from components import run_panels
-    from runs.store import RunStore
+    from runs.store.run_store import RunStore
 
     store = RunStore()
     run_panels.config_tab(store, store.run(run_id))

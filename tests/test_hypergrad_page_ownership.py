@@ -11,9 +11,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from components import session_runs
-from runs import control
-from runs.ownership import Caller
-from runs.store import RunStore
+from runs.service import control, ownership
+from runs.service.ownership import Caller
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 from tests._pages import page_test
 
@@ -62,7 +62,7 @@ def test_another_sessions_run_is_view_only(store):
     assert at.toggle(key=f"hg_auto_{run_id}_learning_rate").disabled
     assert at.button(key=f"hg_slice_button_{run_id}").disabled
     assert any("View only" in c.value for c in at.caption)
-    with pytest.raises(control.NotOwner):
+    with pytest.raises(ownership.NotOwner):
         control.autotune(store, run_id, "learning_rate", 1e30, caller=Caller(STRANGER))
     assert store.commands(run_id).empty
 

@@ -14,7 +14,8 @@ import pytest
 
 from components import hypergrad_figures as hf
 from settings.run_config import RunConfig
-from runs.store import COMMAND_KINDS, RunStore
+from runs.protocol import COMMAND_KINDS
+from runs.store.run_store import RunStore
 
 STEPS = 60
 
@@ -39,7 +40,7 @@ def slice_slope_check(rows: pd.DataFrame) -> tuple[float, float] | None:
 @pytest.fixture(scope="module")
 def hyper_run(tmp_path_factory):
     from optimizers.base import RuleOptimizer
-    from runs import worker
+    from runs.process import worker
 
     calls = []
     original = RuleOptimizer._set_hyper

@@ -20,7 +20,7 @@ from streamlit.testing.v1 import AppTest
 from _plotly_arrays import decoded
 from components.live_chart import (BUNDLE_ROUTE, MAX_HEIGHT, MIN_HEIGHT, PACK_FROM,
                                    figure_payload)
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 from tests.fake_runs import add_fake_run
 from tests._pages import app_test, open_page
 

@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from runs import commands, control
-from runs.ownership import Caller
-from runs.store import FINAL_STATUSES, RunStore
+from runs import protocol
+from runs.service import control, pool, waiting
+from runs.service.ownership import Caller
+from runs.protocol import FINAL_STATUSES
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 from tests._pages import app_test, open_page
 
@@ -51,13 +53,13 @@ def pending(store: RunStore, run_id: int, kind: str) -> int:
 # ----- the run service ------------------------------------------------------------------------
 @pytest.mark.parametrize("value", [0, 0.05, 1000.5, -1, math.inf, True, "fast"])
 def test_set_speed_payload_refused_out_of_range(value):
-    with pytest.raises(commands.Refused, match="steps_per_second"):
-        commands.parse("set_speed", {"steps_per_second": value})
+    with pytest.raises(protocol.Refused, match="steps_per_second"):
+        protocol.parse("set_speed", {"steps_per_second": value})
 
 
 @pytest.mark.parametrize("value, expected", [(5, 5.0), (0.1, 0.1), (1000, 1000.0), (None, None)])
 def test_set_speed_payload_accepted(value, expected):
-    _, payload = commands.parse("set_speed", {"steps_per_second": value})
+    payload = protocol.parse("set_speed", {"steps_per_second": value})
     assert payload.steps_per_second == expected
 
 
@@ -75,7 +77,7 @@ def test_control_set_speed_names_the_range_and_dedupes(home):
 
 
 def test_a_run_starts_at_the_pace_it_was_started_with(home, monkeypatch):
-    monkeypatch.setattr(control, "dispatch", lambda *args, **kwargs: None)  # no process
+    monkeypatch.setattr(pool, "dispatch", lambda *args, **kwargs: None)  # no process
     store = RunStore()
     with pytest.raises(ValueError, match=r"steps_per_second=2000 refused: must be in "
                                          r"\[0.1, 1000\]"):
@@ -90,7 +92,7 @@ def test_a_run_starts_at_the_pace_it_was_started_with(home, monkeypatch):
 
 
 def test_the_train_page_starts_at_the_chosen_speed(app, monkeypatch):
-    monkeypatch.setattr(control, "dispatch", lambda *args, **kwargs: None)
+    monkeypatch.setattr(pool, "dispatch", lambda *args, **kwargs: None)
     assert app.select_slider(key="start_speed").value == 50.0  # the default pace
     app.select_slider(key="start_speed").set_value(5.0)
     app.button(key="start").click().run()
@@ -213,11 +215,11 @@ def test_step_advances_exactly_one_step_while_paused(app):
     run_id = _start(app)
     store = RunStore()
     try:
-        control.wait_for_status(store, run_id, ("running",), 300)
-        control.wait_for_step(store, run_id, 5, 120)
+        waiting.wait_for_status(store, run_id, ("running",), 300)
+        waiting.wait_for_step(store, run_id, 5, 120)
         app.run()
         app.button(key=f"pause_{run_id}").click().run()
-        control.wait_for_status(store, run_id, ("paused",), 60)
+        waiting.wait_for_status(store, run_id, ("paused",), 60)
         before = store.run(run_id)["step"]
         app.run()
         assert not app.button(key=f"step_{run_id}").disabled
@@ -236,7 +238,7 @@ def test_step_advances_exactly_one_step_while_paused(app):
         _wait(lambda: store.run(run_id)["step"] == before + 2, 60, "a second step")
     finally:
         control.stop(store, run_id)
-        control.wait_for_status(store, run_id, FINAL_STATUSES, 120)
+        waiting.wait_for_status(store, run_id, FINAL_STATUSES, 120)
 
 
 @pytest.mark.slow
@@ -246,7 +248,7 @@ def test_continuous_mode_runs_until_stop_at_the_speed_set(app):
     store = RunStore()
     try:
         assert store.run(run_id)["total_steps"] == 1_000_000
-        control.wait_for_status(store, run_id, ("running",), 300)
+        waiting.wait_for_status(store, run_id, ("running",), 300)
         app.run()
         assert any("continuous" in m.value for m in app.markdown)
         app.select_slider(key=f"speed_{run_id}").set_value(5.0).run()
@@ -259,7 +261,7 @@ def test_continuous_mode_runs_until_stop_at_the_speed_set(app):
         assert 2.0 <= rate <= 6.5, rate  # at most 5 steps/s (+ the flush in flight)
         assert store.run(run_id)["status"] == "running"
         app.button(key=f"stop_{run_id}").click().run()
-        done = control.wait_for_status(store, run_id, FINAL_STATUSES, 120)
+        done = waiting.wait_for_status(store, run_id, FINAL_STATUSES, 120)
         assert done["status"] == "stopped" and done["step"] < 1_000_000
     finally:
         if store.run(run_id)["status"] not in FINAL_STATUSES:

@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from runs import admission, control
-from runs.admission import MEMORY_BUDGET_ENV, admit, estimate_mb
-from runs.store import RunStore
+from runs.service import control
+from runs.store import admission
+from runs.store.admission import MEMORY_BUDGET_ENV, admit, estimate_mb
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 TINY = dict(dataset="moons", model="logistic", eval_every=50)
@@ -91,7 +92,7 @@ def test_start_refuses_a_run_larger_than_the_whole_budget(store, monkeypatch):
 def test_dispatch_uses_the_budget(store, monkeypatch):
     monkeypatch.setenv(MEMORY_BUDGET_ENV, "1500")
     launched = []
-    monkeypatch.setattr("runs.pool._launch", lambda store, run_id: launched.append(run_id))
+    monkeypatch.setattr("runs.service.pool._launch", lambda store, run_id: launched.append(run_id))
     first = control.start_run(PLAIN, store)
     second = control.start_run(PLAIN, store)
     assert launched == [first]  # pool of 2, but memory for one
@@ -101,7 +102,7 @@ def test_dispatch_uses_the_budget(store, monkeypatch):
 def test_an_ending_process_still_counts_in_the_memory_account(store):
     """A finished run whose process has not exited yet holds its memory: the next run waits
     (here the ending 'worker' is a sleeping child with a known resident size)."""
-    from runs.processes import process_start, rss_mb
+    from runs.store.processes import process_start, rss_mb
 
     child = subprocess.Popen([sys.executable, "-c",
                               "b = bytearray(200 * 2**20); import time; time.sleep(60)"])

@@ -1,4 +1,4 @@
-"""Ownership enforced in the run service (`runs.ownership.authorize`): every command, rename,
+"""Ownership enforced in the run service (`runs.service.ownership.authorize`): every command, rename,
 delete and take-control from a session that does not own the run is refused naming the run and
 the rule, and accepted from the owner; takeovers and teacher actions are recorded; response
 slices are bounded per run and per session. No run process: the runs are faked as running in
@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from runs import control, ownership
-from runs.ownership import Caller, NotOwner
-from runs.store import RunStore
+from runs.service import control, ownership
+from runs.service.ownership import Caller, NotOwner
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 ALICE, BOB = Caller("alice-token"), Caller("bob-token")
@@ -147,9 +147,9 @@ def test_takeover_setting_is_validated(monkeypatch, raw):
 
 
 def test_suggested_takeover_margin_is_the_tab_close_margin():
-    from runs import worker
+    from runs.process import run_loop
 
-    assert ownership.SUGGESTED_TAKEOVER_AFTER_S == worker.TAB_CLOSED_AFTER_S
+    assert ownership.SUGGESTED_TAKEOVER_AFTER_S == run_loop.TAB_CLOSED_AFTER_S
 
 
 def test_teacher_may_stop_rename_delete_and_it_is_recorded(store, monkeypatch):
@@ -224,7 +224,7 @@ def test_old_store_gets_the_owner_column_and_events_table(tmp_path):
 
 def test_pages_change_runs_only_through_the_run_service():
     """No page or component writes a command, a name, a status or a deletion to the store
-    itself: everything goes through `runs.control`, hence through `ownership.authorize`."""
+    itself: everything goes through `runs.service.control`, hence through `ownership.authorize`."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from runs import control, worker_table
+from runs.service import control, pool, waiting, warm_pool, worker_table
 from settings.run_config import RunConfig
-from runs.store import ACTIVE_STATUSES, FINAL_STATUSES, RunStore, pid_alive
+from runs.protocol import ACTIVE_STATUSES, FINAL_STATUSES
+from runs.store.processes import pid_alive
+from runs.store.run_store import RunStore
 from tests._pages import app_test, open_page
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -21,7 +23,7 @@ TINY = dict(dataset="moons", model="logistic", eval_every=50)
 
 
 def workers_of(store: RunStore) -> list[int]:
-    """Pids of live run processes of this store (any parent): cold `runs.worker` processes
+    """Pids of live run processes of this store (any parent): cold `runs.process.worker` processes
     and warm workers that hold a run (idle spares of the warm pool are not run processes)."""
     idle = {s["pid"] for s in worker_table.spares(store)}
     found = []
@@ -32,7 +34,7 @@ def workers_of(store: RunStore) -> list[int]:
             cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if (("runs.worker" in cmdline or "runs.warm_worker" in cmdline)
+        if (("runs.process.worker" in cmdline or "runs.process.warm_worker" in cmdline)
                 and str(store.path) in cmdline and pid_alive(int(entry))
                 and int(entry) not in idle):
             found.append(int(entry))
@@ -41,33 +43,33 @@ def workers_of(store: RunStore) -> list[int]:
 
 @pytest.mark.parametrize("raw", ["0", "-1", "65", "two", "1.5"])
 def test_pool_size_setting_is_validated(monkeypatch, raw):
-    monkeypatch.setenv(control.POOL_SIZE_ENV, raw)
+    monkeypatch.setenv(pool.POOL_SIZE_ENV, raw)
     with pytest.raises(ValueError, match=r"OPTIMIZER_LAB_POOL_SIZE=.*integer in \[1, 64\]"):
-        control.pool_size()
+        pool.pool_size()
 
 
 def test_pool_size_default_and_tab_policy(monkeypatch):
-    monkeypatch.delenv(control.POOL_SIZE_ENV, raising=False)
-    assert control.pool_size() == 2
-    monkeypatch.setenv(control.TAB_CLOSE_ENV, "Stop")
-    assert control.tab_close_policy() == "stop"
-    monkeypatch.setenv(control.TAB_CLOSE_ENV, "kill")
+    monkeypatch.delenv(pool.POOL_SIZE_ENV, raising=False)
+    assert pool.pool_size() == 2
+    monkeypatch.setenv(pool.TAB_CLOSE_ENV, "Stop")
+    assert pool.tab_close_policy() == "stop"
+    monkeypatch.setenv(pool.TAB_CLOSE_ENV, "kill")
     with pytest.raises(ValueError, match="OPTIMIZER_LAB_ON_TAB_CLOSE='kill' refused.*finish, stop"):
-        control.tab_close_policy()
+        pool.tab_close_policy()
 
 
 @pytest.mark.parametrize("raw", ["-1", "20", "ten", "2.5"])
 def test_worker_nice_setting_is_validated(monkeypatch, raw):
-    monkeypatch.setenv(control.NICE_ENV, raw)
+    monkeypatch.setenv(pool.NICE_ENV, raw)
     with pytest.raises(ValueError, match=r"OPTIMIZER_LAB_WORKER_NICE=.*integer in \[0, 19\]"):
-        control.worker_nice()
+        pool.worker_nice()
 
 
 def test_worker_nice_default_and_off(monkeypatch):
-    monkeypatch.delenv(control.NICE_ENV, raising=False)
-    assert control.worker_nice() == 10
-    monkeypatch.setenv(control.NICE_ENV, " 0 ")
-    assert control.worker_nice() == 0
+    monkeypatch.delenv(pool.NICE_ENV, raising=False)
+    assert pool.worker_nice() == 10
+    monkeypatch.setenv(pool.NICE_ENV, " 0 ")
+    assert pool.worker_nice() == 0
 
 
 @pytest.mark.slow
@@ -75,10 +77,10 @@ def test_a_training_run_yields_the_cpu_to_the_page(store, monkeypatch):
     """Once its first step is recorded, the run process trains `OPTIMIZER_LAB_WORKER_NICE`
     (here 7) below the priority it was started with, so the server and browser that watch it
     get the CPU first."""
-    monkeypatch.setenv(control.NICE_ENV, "7")
+    monkeypatch.setenv(pool.NICE_ENV, "7")
     run_id = control.start_run(RunConfig(**TINY, steps=1_000_000), store)
     try:
-        run = control.wait_for_status(store, run_id, "running", timeout_s=120)
+        run = waiting.wait_for_status(store, run_id, "running", timeout_s=120)
         deadline = time.monotonic() + 60
         while store.run(run_id)["step"] < 2:  # step 1 recorded, and the loop went on
             assert time.monotonic() < deadline, "the run made no second step in 60 s"
@@ -86,7 +88,7 @@ def test_a_training_run_yields_the_cpu_to_the_page(store, monkeypatch):
         assert os.getpriority(os.PRIO_PROCESS, run["pid"]) == min(os.nice(0) + 7, 19)
     finally:
         control.stop(store, run_id)
-        control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
+        waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
 
 
 def test_claim_respects_the_pool_and_the_order(store):
@@ -103,7 +105,7 @@ def test_claim_respects_the_pool_and_the_order(store):
 
 @pytest.mark.slow
 def test_queue_drains_one_at_a_time_without_a_page(store, monkeypatch):
-    monkeypatch.setenv(control.POOL_SIZE_ENV, "1")
+    monkeypatch.setenv(pool.POOL_SIZE_ENV, "1")
     ids = [control.start_run(RunConfig(**TINY, steps=300, seed=i), store) for i in range(3)]
     assert [store.run(i)["status"] for i in ids[1:]] == ["queued", "queued"]
     assert store.queue_positions() == {ids[1]: 1, ids[2]: 2}
@@ -134,7 +136,7 @@ def test_stop_while_starting_is_immediate(store):
     while pid_alive(pid):
         assert time.monotonic() - started < 30, "the worker ignored SIGTERM"
         time.sleep(0.05)
-    control.reap()
+    pool.reap()
     assert store.run(run_id)["status"] == "stopped"  # the worker did not overwrite it
     with pytest.raises(ValueError, match="the run is stopped"):
         control.stop(store, run_id)
@@ -143,12 +145,12 @@ def test_stop_while_starting_is_immediate(store):
 @pytest.mark.slow
 def test_tab_close_policy_stop_stops_an_unwatched_run(store):
     run_id = control.start_run(RunConfig(**TINY, steps=1_000_000), store, on_tab_close="stop")
-    control.wait_for_status(store, run_id, "running", timeout_s=120)
+    waiting.wait_for_status(store, run_id, "running", timeout_s=120)
     store.touch_viewers([run_id])  # the page saw it just now: it keeps training
     time.sleep(6)
     assert store.run(run_id)["status"] == "running"
     store.touch_viewers([run_id], now=time.time() - 1000)  # the tab has been gone for long
-    run = control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
+    run = waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
     assert run["status"] == "stopped"
     assert "browser session closed" in run["message"] and "OPTIMIZER_LAB_ON_TAB_CLOSE" in run["message"]
 
@@ -166,7 +168,7 @@ def test_fifty_start_stop_cycles_from_the_train_page(store):
     try:
         _fifty_cycles(store)
     finally:
-        control.shutdown_warm_pool()  # the page's runs made this process keep warm workers
+        warm_pool.shutdown()  # the page's runs made this process keep warm workers
 
 
 def _fifty_cycles(store: RunStore) -> None:
@@ -183,23 +185,23 @@ def _fifty_cycles(store: RunStore) -> None:
         assert run_id not in ids
         ids.append(run_id)
         if cycle % 10 == 0:
-            control.wait_for_status(store, run_id, "running", timeout_s=120)
+            waiting.wait_for_status(store, run_id, "running", timeout_s=120)
             at.run()
         at.button(key=f"stop_{run_id}").click().run()
         assert not at.exception, at.exception
-        run = control.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
+        run = waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
         assert run["status"] == "stopped", run
         deadline = time.monotonic() + 30
         while workers_of(store):
             assert time.monotonic() < deadline, f"cycle {cycle}: workers left {workers_of(store)}"
             time.sleep(0.05)
-        control.reap()
+        pool.reap()
         if cycle == 1:  # after the first cycles imported and cached everything
             baseline = (threading.active_count(), _fds())
     at.run()
-    control.reap()
+    pool.reap()
     assert baseline is not None
-    assert not control._PROCESSES, "children not reaped"
+    assert not pool._PROCESSES, "children not reaped"
     print(f"50 cycles: threads {baseline[0]} -> {threading.active_count()}, "
           f"fds {baseline[1]} -> {_fds()}, workers left {len(workers_of(store))}")
     assert threading.active_count() <= baseline[0] + 2, (threading.active_count(), baseline)

@@ -10,11 +10,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from components import session_runs
-from runs import ownership
-from runs.ownership import Caller
+from runs.service import ownership
+from runs.service.ownership import Caller
 from settings.run_config import RunConfig
 from tests.fake_runs import add_fake_run
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 from tests._pages import page_test
 
 TOKEN = "t" * 43
@@ -146,7 +146,7 @@ def test_another_session_cannot_rename_or_delete(store):
     assert at.checkbox(key="confirm_2").disabled and at.button(key="delete_2").disabled
     assert any("view only" in c.value for c in at.caption)
     # the callbacks refuse too (a crafted rerun cannot go around the disabled buttons)
-    from runs import control
+    from runs.service import control
 
     stranger = Caller("o" * 43)
     with pytest.raises(ownership.NotOwner, match=r"rename of run #2 refused.*another browser"):
@@ -198,9 +198,9 @@ def _import_start_script():
 
 
 def test_import_start_is_owned_by_the_session_that_started_it(store, monkeypatch):
-    from runs import control
+    from runs.service import pool
 
-    monkeypatch.setattr(control, "dispatch", lambda store, size=None: [])  # no process
+    monkeypatch.setattr(pool, "dispatch", lambda store, size=None: [])  # no process
     at = AppTest.from_function(_import_start_script, default_timeout=60)
     at.session_state[session_runs._TOKEN] = TOKEN
     at.session_state["test_import_config"] = RunConfig(steps=10).to_json_dict()

@@ -118,8 +118,9 @@ def test_learning_rate_figure_planned_and_recorded():
 
 
 def test_train_page_cosine_decay_start_carries_the_schedule(tmp_path, monkeypatch):
-    from runs import control
-    from runs.store import FINAL_STATUSES, RunStore
+    from runs.service import control
+    from runs.protocol import FINAL_STATUSES
+    from runs.store.run_store import RunStore
     from tests._pages import app_test, open_page
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))

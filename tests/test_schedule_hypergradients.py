@@ -272,7 +272,7 @@ def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
     import json
 
     from components import correctness_runner
-    from runs.store import RunStore
+    from runs.store.run_store import RunStore
     from settings.run_config import RunConfig
     from tests._pages import page_test
 
@@ -310,8 +310,8 @@ def test_page_shows_schedule_parameters_and_their_check(tmp_path, monkeypatch):
 
 # ----- a live run (worker, engine with a LiveSchedule, HyperStepper) -----------------------------
 def test_a_run_follows_autotunes_and_slices_a_schedule_parameter(tmp_path):
-    from runs import worker
-    from runs.store import RunStore
+    from runs.process import worker
+    from runs.store.run_store import RunStore
     from settings.run_config import RunConfig
 
     store = RunStore(tmp_path / "runs.sqlite")

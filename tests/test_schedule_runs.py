@@ -12,34 +12,33 @@ from engine import recording
 from engine.record_rows import HyperChangeRow
 from engine.train_step import Engine
 from schedules.preview import schedule_curve
-from runs import commands
-from runs.run_loop import _Run
-from runs.store import RunStore
+from runs.process.handlers import HANDLERS, TRACES_ROW
+from runs.process.run_loop import RunLoop
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 EXPONENTIAL = {"class_name": "ExponentialDecay",
                "config": {"initial_learning_rate": 0.1, "decay_steps": 7, "decay_rate": 0.5}}
 
 
-def make_run(tmp_path, **settings) -> tuple[_Run, RunStore, int]:
+def make_run(tmp_path, **settings) -> tuple[RunLoop, RunStore, int]:
     config = RunConfig(optimizer="sgd", dataset="moons", model="logistic", batch_size=32,
                        steps=200, eval_every=1000, **settings)
     store = RunStore(tmp_path / "runs.sqlite")
     run_id = store.create_run(config.to_json_dict())
     engine = Engine(config, "/CPU:0")
-    run = _Run(run_id, store, engine, total=config.steps, eval_every=config.eval_every,
-               record=lambda s: s % 3 == 1, histogram=lambda s: False)
+    run = RunLoop(run_id, store, engine, total=config.steps, eval_every=config.eval_every,
+                  record=lambda s: s % 3 == 1, histogram=lambda s: False, handlers=HANDLERS)
     run.buffers["hyper_changes"] = [HyperChangeRow(1, n, None, v, "init")
                                     for n, v in engine.optimizer.hyper_values().items()]
     return run, store, run_id
 
 
-def send(run: _Run, name: str, value, source: str = "user") -> str:
+def send(run: RunLoop, name: str, value, source: str = "user") -> str:
     command_id = run.store.send_command(run.run_id, "set_hyper",
                                         {"name": name, "value": value, "source": source})
-    return commands.handle(run, {"id": command_id, "kind": "set_hyper",
-                                 "payload": json.dumps({"name": name, "value": value,
-                                                        "source": source})})
+    return run.handle({"id": command_id, "kind": "set_hyper",
+                       "payload": json.dumps({"name": name, "value": value, "source": source})})
 
 
 def effective(store: RunStore, run_id: int):
@@ -94,7 +93,7 @@ def test_a_parameter_change_is_an_assign_with_no_retrace(tmp_path):
         assert user.loc["lr_schedule.initial_learning_rate", "old"] == pytest.approx(0.1)
         assert user.loc["lr_schedule.initial_learning_rate", "new"] == pytest.approx(0.2)
         assert user.loc["lr_schedule.decay_rate", "step"] == 6
-        assert commands.TRACES_ROW not in user.index
+        assert TRACES_ROW not in user.index
     finally:
         run.close()
 
@@ -114,7 +113,7 @@ def test_a_class_change_retraces_exactly_once_and_the_count_is_recorded(tmp_path
         lr = run.engine.effective_learning_rate()  # iterations 6
         assert lr == pytest.approx(0.05 * 0.5 * (1 + np.cos(np.pi * 6 / 40)), rel=1e-6)
         rows = store.hyper_changes(run_id)
-        traced = rows[rows["name"] == commands.TRACES_ROW]
+        traced = rows[rows["name"] == TRACES_ROW]
         assert traced[["step", "old", "new"]].values.tolist() == [[5, 1, 2]]
         assert "ExponentialDecay -> CosineDecay (retrace)" in traced["source"].iloc[0]
         assert store.run(run_id)["traces"] == 2

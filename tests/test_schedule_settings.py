@@ -89,7 +89,7 @@ def test_link_keys_are_readable():
 
 
 def test_export_document_carries_the_schedule():
-    from runs.export import export_config
+    from runs.io.export import export_config
 
     config = RunConfig(optimizer="sgd", lr_schedule=COSINE, decay=0.0005)
     document = export_config({"id": 3, "config": config.to_json_dict(), "status": "finished",

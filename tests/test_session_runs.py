@@ -1,6 +1,6 @@
 """Per-session ownership on the Train page (AppTest, no run process: the run row is faked as
 running, owned by this test's pid, so `mark_interrupted` leaves it alone). The owner is stored
-with the run (`runs.ownership`); a session's identity is its `session_token`."""
+with the run (`runs.service.ownership`); a session's identity is its `session_token`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from components import session_runs
-from runs import ownership
-from runs.ownership import Caller
+from runs.service import ownership
+from runs.service.ownership import Caller
 from settings.run_config import RunConfig
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 from tests._pages import app_test, open_page
 
 TOKEN_A = "a" * 43
@@ -83,9 +83,9 @@ def test_heartbeat_touches_only_this_sessions_live_runs(store):
 def test_a_refused_warm_worker_setting_does_not_stop_the_heartbeat(store, monkeypatch):
     """From the second beat on the heartbeat keeps warm workers; a refused
     OPTIMIZER_LAB_WARM_WORKERS is one caption, and the session's runs are still touched."""
-    from runs import control
+    from runs.service import pool
 
-    monkeypatch.setenv(control.WARM_ENV, "maybe")
+    monkeypatch.setenv(pool.WARM_ENV, "maybe")
     mine = running_run(store, Caller(TOKEN_A).owner)
     at = session(TOKEN_A)
     at.run()

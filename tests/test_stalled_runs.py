@@ -14,9 +14,11 @@ import time
 
 import pytest
 
-from runs import control, store as store_module
-from runs.processes import pid_alive, process_start
-from runs.store import FINAL_STATUSES, RunStore
+from runs.service import control, pool, waiting
+from runs.store import run_store as store_module
+from runs.store.processes import pid_alive, process_start
+from runs.protocol import FINAL_STATUSES
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 TINY = dict(dataset="moons", model="logistic", eval_every=50)
@@ -69,17 +71,17 @@ def test_stop_of_a_stalled_run_kills_it_and_frees_its_place(store, child):
     queued = store.create_run(RunConfig(**TINY, steps=10).to_json_dict(), status="queued")
     os.kill(child.pid, signal.SIGSTOP)  # frozen: it would never read a `stop` command
     launched = []
-    original = control.dispatch
+    original = pool.dispatch
 
     def fake_dispatch(store, size=None):  # no TensorFlow worker for the queued run
         launched.extend(store.claim_queued(1))
         return launched
 
-    control.dispatch = fake_dispatch
+    pool.dispatch = fake_dispatch
     try:
         assert control.stop(store, run_id) is None
     finally:
-        control.dispatch = original
+        pool.dispatch = original
     run = store.run(run_id)
     assert run["status"] == "stopped"
     assert run["message"].startswith("stopped while stalled (no heartbeat for 10")
@@ -105,11 +107,11 @@ def test_a_dead_or_reused_pid_is_still_interrupted(store, child):
 def store(tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     yield RunStore()
-    for proc in list(control._PROCESSES.values()):
+    for proc in list(pool._PROCESSES.values()):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    control.reap()
+    pool.reap()
 
 
 @pytest.mark.slow
@@ -118,24 +120,24 @@ def test_a_real_worker_frozen_with_sigstop_stays_active(store, monkeypatch):
     then `kill -CONT`: it was never interrupted, kept its place, and trains on; frozen again,
     Stop kills it and the queued run starts."""
     monkeypatch.setattr(store_module, "STALE_AFTER", 4.0)
-    monkeypatch.setenv(control.POOL_SIZE_ENV, "1")
+    monkeypatch.setenv(pool.POOL_SIZE_ENV, "1")
     run_id = control.start_run(RunConfig(**TINY, steps=1_000_000), store)
     nxt = control.start_run(RunConfig(**TINY, steps=1_000_000, seed=1), store)
-    run = control.wait_for_status(store, run_id, "running", timeout_s=180)
+    run = waiting.wait_for_status(store, run_id, "running", timeout_s=180)
     pid = run["pid"]
     assert run["pid_start"] == process_start(pid)
-    control.wait_for_step(store, run_id, 20, timeout_s=120)
+    waiting.wait_for_step(store, run_id, 20, timeout_s=120)
     os.kill(pid, signal.SIGSTOP)
     time.sleep(7)
     run = store.run(run_id)
     assert run["status"] == "running" and store.stalled_for(run) > 4
-    control.dispatch(store)
+    pool.dispatch(store)
     assert store.run(nxt)["status"] == "queued"  # no second run in a pool of 1
     with pytest.raises(ValueError, match="refused"):
         control.delete(store, run_id)
     step = run["step"]
     os.kill(pid, signal.SIGCONT)
-    run = control.wait_for_step(store, run_id, step + 50, timeout_s=60)
+    run = waiting.wait_for_step(store, run_id, step + 50, timeout_s=60)
     # the first batch written after SIGCONT may be one built before SIGSTOP (its heartbeat time
     # too): the run counts as live again at the next heartbeat (every HEARTBEAT_S = 1 s)
     deadline = time.monotonic() + 30
@@ -151,14 +153,14 @@ def test_a_real_worker_frozen_with_sigstop_stays_active(store, monkeypatch):
         assert time.monotonic() < deadline, "the stalled worker was not killed"
         time.sleep(0.1)
     assert store.run(run_id)["status"] == "stopped"
-    assert control.wait_for_status(store, nxt, ("starting", "running"), timeout_s=30)
+    assert waiting.wait_for_status(store, nxt, ("starting", "running"), timeout_s=30)
     control.stop(store, nxt)
-    control.wait_for_status(store, nxt, FINAL_STATUSES, timeout_s=60)
+    waiting.wait_for_status(store, nxt, FINAL_STATUSES, timeout_s=60)
 
 
 def test_pages_show_a_stalled_run_as_stalled(store, child):
     from components import session_runs
-    from runs.ownership import Caller
+    from runs.service.ownership import Caller
     from tests._pages import app_test, open_page
 
     run_id = silent_run(store, child.pid, process_start(child.pid))

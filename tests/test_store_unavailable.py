@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from runs.store import RunStore, StoreUnavailable, data_dir
+from runs.store.files import StoreUnavailable, data_dir
+from runs.store.run_store import RunStore
 
 CONFIG = {"optimizer": "adam", "dataset": "moons", "model": "mlp", "seed": 0, "steps": 10}
 
@@ -112,7 +113,7 @@ def test_simulated_full_disk_on_connect_is_translated(tmp_path, monkeypatch):
 def test_other_operational_errors_are_not_translated(tmp_path):
     store = RunStore(tmp_path / "runs.sqlite")
     with pytest.raises(sqlite3.OperationalError) as caught:
-        store._frame("SELECT nothing FROM nowhere", ())
+        store.records.frame("SELECT nothing FROM nowhere", ())
     assert not isinstance(caught.value, StoreUnavailable)
 
 
@@ -121,7 +122,7 @@ def _page(path: str) -> None:
     import streamlit as st
 
     from components.store_guard import guard_page, store_guard
-    from runs.store import RunStore
+    from runs.store.run_store import RunStore
 
     @guard_page
     def body() -> None:
@@ -181,7 +182,7 @@ def _lose_the_store(disk: Path, how: str, seconds: float) -> None:
 @pytest.mark.parametrize("how, what", [("full", "is on a full disk"),
                                        ("read-only", "is read-only")])
 def test_run_that_loses_its_store_fails_with_the_reason(small_disk, monkeypatch, how, what):
-    from runs import control
+    from runs.service import control, pool, waiting
     from settings.run_config import RunConfig
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(small_disk))
@@ -189,30 +190,31 @@ def test_run_that_loses_its_store_fails_with_the_reason(small_disk, monkeypatch,
     config = RunConfig(dataset="moons", model="logistic", steps=500_000, eval_every=1000)
     run_id = control.start_run(config, store)
     try:
-        control.wait_for_step(store, run_id, 5, timeout_s=180)
+        waiting.wait_for_step(store, run_id, 5, timeout_s=180)
         _lose_the_store(small_disk, how, 5.0)  # the run's next flush fails; it retries its end
-        run = control.wait_for_status(store, run_id, "failed", timeout_s=60)
+        run = waiting.wait_for_status(store, run_id, "failed", timeout_s=60)
         assert "StoreUnavailable" in run["message"] and "after step" in run["message"]
         assert f"{small_disk} {what}" in run["message"], run["message"]
         assert "OPTIMIZER_LAB_HOME" in run["message"]
-        control._PROCESSES[run_id].wait(timeout=60)
-        assert control._PROCESSES[run_id].returncode == 1
-        log = control.log_path(store, run_id).read_text(errors="replace")
+        pool._PROCESSES[run_id].wait(timeout=60)
+        assert pool._PROCESSES[run_id].returncode == 1
+        log = pool.log_path(store, run_id).read_text(errors="replace")
         assert "Traceback" not in log
         if how == "read-only":  # the log was writable: the reason is there too
             assert f"{small_disk} {what}" in log
     finally:
-        proc = control._PROCESSES.get(run_id)
+        proc = pool._PROCESSES.get(run_id)
         if proc is not None and proc.poll() is None:
             proc.kill()
             proc.wait()
-        control.reap()
+        pool.reap()
 
 
 @pytest.mark.parametrize("page", ["train", "runs", "hypergrad"])
 def test_pages_show_one_line_when_the_store_is_unavailable(page, tmp_path, monkeypatch):
     """Every page that reads the store shows the reason in one line, not a traceback."""
-    from runs.store import RunStore, StoreUnavailable
+    from runs.store.files import StoreUnavailable
+    from runs.store.run_store import RunStore
     from tests._pages import page_test
 
     def unavailable(self, *args, **kwargs):

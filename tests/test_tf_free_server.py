@@ -192,8 +192,9 @@ def test_start_and_every_command_from_the_train_page_load_no_tensorflow(tmp_path
     `engine.recording` at module level, so the first Start put TensorFlow in the server
     (4-5 s quiet, ~15 s beside a warm-up on 2 cores, ~750 MB)."""
     result = probe("""
-        from runs import control, pool
-        from runs.store import RunStore, default_store_path
+        from runs.service import control, pool
+        from runs.store.files import default_store_path
+        from runs.store.run_store import RunStore
         from tests._pages import app_test, open_page
         launched = []
         pool._launch = lambda store, run_id: launched.append(run_id)
@@ -223,16 +224,16 @@ def test_start_and_every_command_from_the_train_page_load_no_tensorflow(tmp_path
 
 
 def test_export_loads_no_tensorflow(tmp_path):
-    """The Runs page exports in the server: tables, TensorBoard events (`runs.export.RecordFile`)
+    """The Runs page exports in the server: tables, TensorBoard events (`runs.io.export.RecordFile`)
     and the zip, with no TensorFlow."""
-    from runs.store import RunStore
+    from runs.store.run_store import RunStore
     from tests.fake_runs import add_fake_run
 
     store = RunStore(tmp_path / "runs.sqlite")
     run_id = add_fake_run(store)
     result = probe(f"""
-        from runs.export import export_run
-        from runs.store import RunStore
+        from runs.io.export import export_run
+        from runs.store.run_store import RunStore
         export_run(RunStore({str(store.path)!r}), {run_id}, {str(tmp_path / "exports")!r})
         report()
     """)

@@ -11,7 +11,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from _plotly_arrays import decoded
-from runs.store import FINAL_STATUSES, RunStore
+from runs.protocol import FINAL_STATUSES
+from runs.service import waiting
+from runs.store.run_store import RunStore
 from tests._pages import app_test, open_page
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -20,11 +22,11 @@ TIMEOUT_S = 120  # the first run of the script imports TensorFlow
 
 
 def engine():
-    """`runs.control`, or skip while the engine is not written yet."""
+    """`runs.service.control`, or skip while the engine is not written yet."""
     try:
-        return importlib.import_module("runs.control")
+        return importlib.import_module("runs.service.control")
     except ImportError as error:
-        pytest.skip(f"runs.control is not importable yet: {error}")
+        pytest.skip(f"runs.service.control is not importable yet: {error}")
 
 
 @pytest.fixture
@@ -100,7 +102,7 @@ def test_start_creates_a_run_and_charts_fill(app):
         run = store.run(run_id)
         assert run["config"]["steps"] == 60
         assert run["config"]["hyperparameters"]["learning_rate"] == pytest.approx(0.01)
-        done = runs.wait_for_status(store, run_id, FINAL_STATUSES, 300)
+        done = waiting.wait_for_status(store, run_id, FINAL_STATUSES, 300)
         assert done["status"] == "finished", done
     finally:
         if store.run(run_id)["status"] not in FINAL_STATUSES:
@@ -130,7 +132,7 @@ def test_live_hyperparameter_change_reaches_the_run(app):
     run_id = _start(app, steps=100_000)
     store = RunStore()
     try:
-        runs.wait_for_status(store, run_id, ("running",), 300)
+        waiting.wait_for_status(store, run_id, ("running",), 300)
         app.run()  # the page now sees the run active
         app.number_input(key="hp_adam_learning_rate").set_value(0.003).run()
         assert not app.exception, app.exception
@@ -155,4 +157,4 @@ def test_live_hyperparameter_change_reaches_the_run(app):
         assert store.run(run_id)["status"] in ("running", "paused")
     finally:
         runs.stop(store, run_id)
-        runs.wait_for_status(store, run_id, FINAL_STATUSES, 120)
+        waiting.wait_for_status(store, run_id, FINAL_STATUSES, 120)

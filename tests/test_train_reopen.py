@@ -14,9 +14,9 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from components import session_runs
-from runs import control, ownership
-from runs.ownership import Caller
-from runs.store import RunStore
+from runs.service import control, ownership
+from runs.service.ownership import Caller
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 from tests._pages import app_test, open_page
 

@@ -1,8 +1,8 @@
 """Warm run workers (issue 13): a run starts on a process that already imported TensorFlow.
 
 Fast tests drive the `workers` table with stand-in processes (`sleep`) and the pure sizing rule;
-slow tests start real warm workers (`control.keep_warm`) and train digits/logistic runs. What a
-run used is read from what it records (`runs.worker`, `runs.taken_at`, the `workers` table),
+slow tests start real warm workers (`warm_pool.keep_warm`) and train digits/logistic runs. What a
+run used is read from what it records (`runs.process.worker`, `runs.taken_at`, the `workers` table),
 never from timings.
 """
 
@@ -19,9 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from runs import admission, control, warm_pool, worker_table
-from runs.processes import process_start
-from runs.store import FINAL_STATUSES, RunStore, pid_alive
+from runs.service import control, pool, waiting, warm_pool, worker_table
+from runs.store import admission
+from runs.store.processes import process_start
+from runs.protocol import FINAL_STATUSES
+from runs.store.processes import pid_alive
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 pytestmark = pytest.mark.warm  # warm workers on (tests/conftest.py turns them off elsewhere)
@@ -31,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def warm_processes(store: RunStore) -> list[int]:
-    """Pids of live `runs.warm_worker` processes of this store (any parent)."""
+    """Pids of live `runs.process.warm_worker` processes of this store (any parent)."""
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -40,7 +43,7 @@ def warm_processes(store: RunStore) -> list[int]:
             argv = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if "runs.warm_worker" in argv and str(store.path) in argv and pid_alive(int(entry)):
+        if "runs.process.warm_worker" in argv and str(store.path) in argv and pid_alive(int(entry)):
             found.append(int(entry))
     return found
 
@@ -177,29 +180,29 @@ def test_spares_follow_free_places_and_memory(active, spares, queued, size, budg
 
 
 def test_warm_setting_is_validated(monkeypatch):
-    monkeypatch.setenv(control.WARM_ENV, "Off")
-    assert control.warm_enabled() is False
-    monkeypatch.setenv(control.WARM_ENV, "maybe")
+    monkeypatch.setenv(pool.WARM_ENV, "Off")
+    assert pool.warm_enabled() is False
+    monkeypatch.setenv(pool.WARM_ENV, "maybe")
     with pytest.raises(ValueError, match="OPTIMIZER_LAB_WARM_WORKERS='maybe' refused.*on, off"):
-        control.warm_enabled()
+        pool.warm_enabled()
 
 
 def test_workers_that_die_warming_up_are_not_respawned_forever(store, monkeypatch):
     """A warm-up that cannot succeed (here the "python" is /bin/false) stops the refills after
     `MAX_FAILURES` such exits; dispatch then goes cold. The failed worker's log is kept."""
-    monkeypatch.setenv(control.POOL_SIZE_ENV, "2")
+    monkeypatch.setenv(pool.POOL_SIZE_ENV, "2")
     monkeypatch.setattr(sys, "executable", "/bin/false")
-    pool = warm_pool.WarmPool(store)  # not started: refills driven here
+    kept = warm_pool.WarmPool(store)  # not started: refills driven here
     spawned = []
     for _ in range(4):
-        spawned += pool.refill()
-        for proc in pool._mine().values():
+        spawned += kept.refill()
+        for proc in kept._mine().values():
             proc.wait(timeout=10)
-    assert len(spawned) == 4 and pool.failures == 4 >= warm_pool.MAX_FAILURES
-    assert "exited with code 1 before it was ready" in pool.last_error
+    assert len(spawned) == 4 and kept.failures == 4 >= warm_pool.MAX_FAILURES
+    assert "exited with code 1 before it was ready" in kept.last_error
     assert warm_pool.warm_log_path(store, spawned[-1]).exists()
     assert worker_table.spares(store) == []
-    pool.shutdown()
+    kept.shutdown()
 
 
 # ----- slow: real warm workers --------------------------------------------------------------
@@ -207,18 +210,18 @@ def test_workers_that_die_warming_up_are_not_respawned_forever(store, monkeypatc
 def warm(store, monkeypatch, request):
     """A pool (of 2 places, or `request.param`) whose warm workers this process keeps for
     `store`, shut down afterwards."""
-    monkeypatch.setenv(control.POOL_SIZE_ENV, str(getattr(request, "param", 2)))
-    monkeypatch.delenv(control.WARM_ENV, raising=False)
-    pool = control.keep_warm(store)
-    yield pool
-    control.shutdown_warm_pool()
+    monkeypatch.setenv(pool.POOL_SIZE_ENV, str(getattr(request, "param", 2)))
+    monkeypatch.delenv(pool.WARM_ENV, raising=False)
+    kept = warm_pool.keep_warm(store)
+    yield kept
+    warm_pool.shutdown()
 
 
 @pytest.mark.slow
 def test_two_runs_take_two_warm_workers_and_match_cold_runs(store, warm, monkeypatch):
     warm.wait_ready(2, timeout_s=240)
     ids = [control.start_run(RunConfig(**TINY, steps=60, seed=seed), store) for seed in (3, 4)]
-    runs = [control.wait_for_status(store, i, FINAL_STATUSES, timeout_s=240) for i in ids]
+    runs = [waiting.wait_for_status(store, i, FINAL_STATUSES, timeout_s=240) for i in ids]
     assert [r["status"] for r in runs] == ["finished", "finished"], runs
     assert [r["worker"] for r in runs] == ["warm", "warm"]
     assert runs[0]["pid"] != runs[1]["pid"]
@@ -227,14 +230,14 @@ def test_two_runs_take_two_warm_workers_and_match_cold_runs(store, warm, monkeyp
         rows = con.execute("SELECT run_id, pid, state FROM workers WHERE run_id IS NOT NULL "
                            "ORDER BY run_id").fetchall()
     assert [(r, p) for r, p, _ in rows] == [(i, r["pid"]) for i, r in zip(ids, runs)]
-    assert "warm worker" in control.log_path(store, ids[0]).read_text()
+    assert "warm worker" in pool.log_path(store, ids[0]).read_text()
 
     # the same runs alone, each in a cold process: the same numbers
-    control.shutdown_warm_pool()
-    monkeypatch.setenv(control.WARM_ENV, "off")
+    warm_pool.shutdown()
+    monkeypatch.setenv(pool.WARM_ENV, "off")
     for seed, warm_run in zip((3, 4), ids):
         cold = control.start_run(RunConfig(**TINY, steps=60, seed=seed), store)
-        done = control.wait_for_status(store, cold, FINAL_STATUSES, timeout_s=240)
+        done = waiting.wait_for_status(store, cold, FINAL_STATUSES, timeout_s=240)
         assert done["status"] == "finished" and done["worker"] == "cold"
         assert done["taken_at"] is not None and done["taken_at"] >= done["created"]
         assert final_loss(store, cold) == final_loss(store, warm_run)
@@ -247,10 +250,10 @@ def test_sigkill_of_a_warm_worker_interrupts_its_run_and_the_pool_replaces_it(st
     warm.wait_ready(2, timeout_s=240)
     before = {s["pid"] for s in worker_table.spares(store)}
     run_id = control.start_run(RunConfig(**TINY, steps=500_000), store)
-    run = control.wait_for_step(store, run_id, 5, timeout_s=120)
+    run = waiting.wait_for_step(store, run_id, 5, timeout_s=120)
     assert run["worker"] == "warm" and run["pid"] in before
     assert run["pid_start"] == process_start(run["pid"])  # its identity, as for a cold run
-    proc = control._PROCESSES[run_id]  # the pool's Popen, handed over under the run id
+    proc = pool._PROCESSES[run_id]  # the pool's Popen, handed over under the run id
     assert proc.pid == run["pid"]
     os.kill(run["pid"], signal.SIGKILL)
     assert proc.wait(timeout=30) == -signal.SIGKILL
@@ -298,7 +301,7 @@ def test_a_queued_run_waits_while_the_pool_is_full_then_runs(store, warm):
 def test_no_orphan_warm_worker_after_shutdown_or_a_killed_parent(store, warm):
     warm.wait_ready(1, timeout_s=240)
     assert len(warm_processes(store)) == 1
-    control.shutdown_warm_pool()
+    warm_pool.shutdown()
     assert warm_processes(store) == []
     assert worker_table.row(store, 1)["state"] in ("gone", "retired")
     assert not list((store.path.parent / "logs").glob("warm-*.log"))
@@ -306,9 +309,9 @@ def test_no_orphan_warm_worker_after_shutdown_or_a_killed_parent(store, warm):
     # a parent killed with SIGKILL runs no shutdown: its idle workers notice and exit
     script = textwrap.dedent(f"""
         import sys, time
-        from runs import control
-        from runs.store import RunStore
-        control.keep_warm(RunStore({str(store.path)!r})).wait_ready(1, timeout_s=240)
+        from runs.service import control, pool, waiting, warm_pool
+        from runs.store.run_store import RunStore
+        warm_pool.keep_warm(RunStore({str(store.path)!r})).wait_ready(1, timeout_s=240)
         print("ready", flush=True)
         time.sleep(600)
     """)

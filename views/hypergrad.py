@@ -26,7 +26,7 @@ from components import links
 from components import session_runs
 from components import hypergrad_figures as hf
 from optimizers import registry
-from runs.store import ACTIVE_STATUSES
+from runs.protocol import ACTIVE_STATUSES
 from teaching import glossary
 
 FD_EXPLANATION = """
@@ -84,7 +84,7 @@ def run_label(runs_table: pd.DataFrame, run_id: int) -> str:
 
 # ----- commands -----------------------------------------------------------------------------
 def on_autotune(run_id: int, name: str) -> None:
-    from runs import control
+    from runs.service import control
 
     state = st.session_state
     on = state.get(f"hg_auto_{run_id}_{name}", False)
@@ -100,7 +100,7 @@ def on_autotune(run_id: int, name: str) -> None:
 
 
 def on_slice(run_id: int) -> None:
-    from runs import control
+    from runs.service import control
 
     state = st.session_state
     try:

@@ -1,8 +1,8 @@
 """The Runs page: every run of the store in one table; compare, rename, delete, export, import.
 
 Thin on purpose: the table and the figures come from the pure builders of
-`components.run_figures`, exports from `runs.export`, imports from `settings.config_file`,
-new runs from `runs.control.start_run`. No TensorFlow maths here.
+`components.run_figures`, exports from `runs.io.export`, imports from `settings.config_file`,
+new runs from `runs.service.control.start_run`. No TensorFlow maths here.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from components.charts import chart
 from components import session_runs
 from components.figures import DISPLAY_POINTS
 from settings.config_file import MAX_BYTES, ConfigImportError
-from runs import ownership
-from runs.export import BUNDLE_MAX_BYTES, parse_import
-from runs.store import FINAL_STATUSES, LIVE_STATUSES
+from runs.service import ownership
+from runs.io.export import BUNDLE_MAX_BYTES, parse_import
+from runs.protocol import FINAL_STATUSES, LIVE_STATUSES
 
 STATUSES = LIVE_STATUSES + FINAL_STATUSES
 ORDER = ("id", "name", "optimizer", "learning_rate", "dataset", "model", "seed", "status", "step",
@@ -64,7 +64,7 @@ def on_table_select() -> None:
 
 
 def on_rename(run_id: int) -> None:
-    from runs import control
+    from runs.service import control
 
     name = st.session_state.get(f"rename_{run_id}", "")
     try:
@@ -76,7 +76,7 @@ def on_rename(run_id: int) -> None:
 
 
 def on_delete(run_id: int) -> None:
-    from runs import control
+    from runs.service import control
 
     state = st.session_state
     try:
@@ -89,7 +89,7 @@ def on_delete(run_id: int) -> None:
 
 
 def on_stop(run_id: int) -> None:
-    from runs import control
+    from runs.service import control
 
     try:
         control.stop(store(), run_id, caller=session_runs.caller())
@@ -110,14 +110,14 @@ def on_take_control(run_id: int) -> None:
 
 
 def on_export(run_id: int) -> None:
-    from runs.export import export_run
+    from runs.io.export import export_run
 
     paths = export_run(store(), run_id, store().path.parent / "exports")
     st.session_state["export_result"] = (run_id, str(paths.zip), str(paths.logdir))
 
 
 def on_import_start() -> None:
-    from runs import control
+    from runs.service import control, pool
     from settings.run_config import RunConfig
 
     state = st.session_state
@@ -125,7 +125,7 @@ def on_import_start() -> None:
     name = state.get("import_name", "") or "imported"
     try:
         run_id = control.start_run(config, store(), name=name, caller=session_runs.caller(),
-                                   on_tab_close=control.tab_close_policy())
+                                   on_tab_close=pool.tab_close_policy())
     except ValueError as error:
         state["runs_messages"] = [("error", f"the run could not start: {error}")]
         return
@@ -135,9 +135,9 @@ def on_import_start() -> None:
 
 
 def on_import_run() -> None:
-    """Store the uploaded exported run WITH its records (`runs.bundle_import`): a final run
+    """Store the uploaded exported run WITH its records (`runs.io.bundle_import`): a final run
     (`imported`) whose curves the Runs and Train pages draw like any run's."""
-    from runs.bundle_import import read_run_bundle
+    from runs.io.bundle_import import read_run_bundle
 
     state = st.session_state
     upload = state.get("import_file")

@@ -1,9 +1,9 @@
 """The Train page: set up a run, start it, watch it live and change its hyperparameters live.
 
 Thin on purpose: no TensorFlow maths here. The sidebar (`components.train_setup`) builds a
-`RunConfig`; Start and live changes go through `components.train_actions` and `runs.control`;
-the live area below re-reads the run store every 0.5 s (`components.live_area`) and draws it
-with the pure builders of `components.figures`.
+`RunConfig`; Start and live changes go through `components.train_actions` and
+`runs.service.control`; the live area below re-reads the run store every 0.5 s
+(`components.live_area`) and draws it with the pure builders of `components.figures`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from components.hyper_widgets import default_value
 from components.page_store import store
 from components.store_guard import guard_page
 from components.train_actions import run_specs, selected_run
-from runs.store import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
+from runs.protocol import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
 
 # ----- live area ------------------------------------------------------------------------------
 def run_label(runs_table: pd.DataFrame, run_id: int) -> str:

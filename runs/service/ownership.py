@@ -1,7 +1,7 @@
 """Who may do what to a run: the ONE check every command of the run service goes through
 (`authorize`). No Streamlit, no TensorFlow.
 
-The policy (issue 16):
+The policy:
 
 * Everyone may SEE every run (the runs list, curves, comparisons).
 * Only the run's owner - the browser session that started it, identified by its `Caller.owner`
@@ -32,14 +32,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from runs.store import LIVE_STATUSES, RunStore
+from runs.protocol import LIVE_STATUSES
+from runs.store.run_store import RunStore
 
 STEER_ACTIONS = ("set_hyper", "pause", "resume", "stop", "autotune", "response_slice")
 ACTIONS = STEER_ACTIONS + ("rename", "delete", "take_control")
 TEACHER_ACTIONS = ("stop", "rename", "delete")
 TEACHER_SECRET_ENV = "OPTIMIZER_LAB_TEACHER_SECRET"
 # The fallback (off by default): seconds of owner silence after which a live run may be taken
-# over; the suggested value is the worker's tab-close margin `runs.worker.TAB_CLOSED_AFTER_S`.
+# over; the suggested value is the run loop's tab-close margin
+# `runs.process.run_loop.TAB_CLOSED_AFTER_S`.
 TAKEOVER_ENV = "OPTIMIZER_LAB_TAKEOVER_AFTER_S"
 SUGGESTED_TAKEOVER_AFTER_S = 150.0
 

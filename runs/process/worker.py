@@ -1,14 +1,14 @@
-"""The run process: `python -m runs.worker --store PATH --run-id N` (a cold process started
-for one run), or a warm worker (`runs.warm_worker`) that had TensorFlow imported before the run
-was assigned to it; both train exactly one run (`run_one`) and exit.
+"""The run process: `python -m runs.process.worker --store PATH --run-id N` (a cold process
+started for one run), or a warm worker (`runs.process.warm_worker`) that had TensorFlow imported
+before the run was assigned to it; both train exactly one run (`run_one`) and exit.
 
 Reads the run's `RunConfig` from the store, trains, and writes everything back to the store;
 the pages only ever talk to it through the store (records out, commands in). `train()` runs a
 whole run and can be driven in-process (tests, benchmarks); `main(argv)` is the CLI. The loop
-itself (recording, flushing, polling, the heartbeat) is `runs.run_loop`; the commands it
-carries out (`set_hyper`, `autotune`, `response_slice`, `pause`, `resume`, `stop`), each with
-its validated payload, are the command table of `runs.commands`: a malformed command row is
-refused naming the field and the run trains on.
+itself (recording, flushing, polling, the heartbeat) is `runs.process.run_loop.RunLoop`; the
+commands it carries out are parsed by `runs.protocol.parse` and handled by
+`runs.process.handlers.HANDLERS`: a malformed command row is refused naming the field and the
+run trains on.
 
 Ends: `finished`; `stopped` (command, SIGTERM or `max_wall_s`); `diverged` (non-finite loss,
 validation loss or slot statistic; message names the step and the quantity; the records
@@ -32,20 +32,10 @@ import numpy as np
 from engine import recording
 from engine.record_rows import HyperChangeRow
 from optimizers import plugin_discovery as plugins
-from runs import commands
-from runs.run_loop import (  # noqa: F401  (re-exported: benchmarks drive `_Run` and the constants)
-    FLUSH_EVERY_S,
-    HEARTBEAT_S,
-    META_EVERY_S,
-    POLL_EVERY_S,
-    TAB_CHECK_EVERY_S,
-    TAB_CLOSED_AFTER_S,
-    _Diverged,
-    _Heartbeat,
-    _jsonable,
-    _Run,
-)
-from runs.store import RunStore, StoreUnavailable
+from runs.process.handlers import HANDLERS
+from runs.process.run_loop import Diverged, Heartbeat, RunLoop
+from runs.store.files import StoreUnavailable
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 # Final statuses are written only over these (never over a `stopped` set by a page that
@@ -53,7 +43,7 @@ from settings.run_config import RunConfig
 # only slow to beat (e.g. a long XLA compile) may still finish.
 _OWN_STATUSES = ("starting", "running", "paused", "interrupted")
 # How long a run whose store became unwritable keeps trying to record why it ended (seconds;
-# below `runs.store.STALE_AFTER`, after which the pages take a silent run for dead).
+# below `runs.store.run_store.STALE_AFTER`, after which the pages take a silent run for dead).
 STORE_RETRY_S = 30.0
 STORE_RETRY_EVERY_S = 1.0
 
@@ -68,7 +58,8 @@ def versions() -> dict[str, str]:
 
 
 def _log(message: str) -> None:
-    """One line on stderr: the run's log file (`runs.control.log_path`) when started by a page."""
+    """One line on stderr: the run's log file (`runs.service.pool.log_path`) when started by a
+    page."""
     try:
         print(message, file=sys.stderr, flush=True)
     except OSError:  # the log sits in the data directory, which may be the full disk
@@ -114,8 +105,8 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
     from engine import prepared
     from engine.devices import choose_device, configure_gpus
 
-    run: _Run | None = None
-    heartbeat = _Heartbeat(store, run_id)
+    run: RunLoop | None = None
+    heartbeat = Heartbeat(store, run_id)
     try:
         stored = store.run(run_id)["config"]
         plugins.ensure_registered(stored.get("optimizer", ""))  # before validation names it
@@ -134,8 +125,8 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         record = (lambda s: True) if full_recording else recording.should_record
         histogram = (lambda s: s % recording.HISTOGRAM_FACTOR == 0 or s == 1) \
             if full_recording else recording.should_histogram
-        run = _Run(run_id, store, engine, config.steps, config.eval_every, record, histogram,
-                   hyper=hyper)
+        run = RunLoop(run_id, store, engine, config.steps, config.eval_every, record, histogram,
+                      handlers=HANDLERS, hyper=hyper)
         # Once the first step is recorded, train at a lower CPU priority (for good: the process
         # exits after this run). Not before: the start (engine, first trace, first step) keeps
         # the server's priority, so Start -> first step is not delayed by the page or a warm
@@ -152,11 +143,11 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         _STOP_HOOK[0] = run
         try:
             status, message = run.loop(max_wall_s)
-        except _Diverged as diverged:
+        except Diverged as diverged:
             status, message = "diverged", str(diverged)
         run.flush(wait=True)
         run.save_meta()
-        for command in commands.pending(store, run_id):
+        for command in store.pending(run_id):
             store.finish_command(command["id"], "refused", f"the run {status} at step {run.step}")
         store.set_status(run_id, status, message, only_from=_OWN_STATUSES)
         return status
@@ -185,7 +176,7 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
             run.close()
 
 
-_STOP_HOOK: list[_Run | None] = [None]
+_STOP_HOOK: list[RunLoop | None] = [None]
 _SIGNALLED: list[int | None] = [None]
 
 
@@ -200,7 +191,7 @@ def _on_sigterm(signum, frame) -> None:  # noqa: ARG001
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI entry point of a cold run process (started for one run, `runs.pool._launch`);
+    """CLI entry point of a cold run process (started for one run, `runs.service.pool._launch`);
     returns the process exit code (0 unless the run failed)."""
     parser = argparse.ArgumentParser(description="Run one Optimizer Lab training run.")
     parser.add_argument("--store", required=True, help="path of the run-store SQLite file")
@@ -225,7 +216,7 @@ def run_one(store: RunStore, run_id: int, max_wall_s: float | None = None,
             full_recording: bool = False) -> int:
     """Train one run in this process (`train`), report a failure on stderr, then hand the pool
     place over (`_hand_over`); returns the exit code of the process (0 unless the run failed).
-    Shared by the cold process (`main`) and the warm worker (`runs.warm_worker`)."""
+    Shared by the cold process (`main`) and the warm worker (`runs.process.warm_worker`)."""
     try:
         train(run_id, store, max_wall_s=max_wall_s, full_recording=full_recording)
     except StoreUnavailable:  # already logged in one line by `train`: no traceback
@@ -242,9 +233,9 @@ def run_one(store: RunStore, run_id: int, max_wall_s: float | None = None,
 
 
 def _lower_priority() -> None:
-    """`os.nice(runs.pool.worker_nice())`; a refusal (a bad setting, a platform without
+    """`os.nice(runs.service.pool.worker_nice())`; a refusal (a bad setting, a platform without
     `os.nice`) is logged and the run trains at the priority it has."""
-    from runs.pool import worker_nice
+    from runs.service.pool import worker_nice
 
     try:
         nice = worker_nice()
@@ -257,10 +248,10 @@ def _lower_priority() -> None:
 def _hand_over(store: RunStore) -> None:
     """Give this run's place in the pool to the next queued run (so the queue drains even
     when no page is open); never turns a finished run into a failed exit."""
-    from runs import control
+    from runs.service.pool import dispatch
 
     try:
-        control.dispatch(store)
+        dispatch(store)
     except Exception as error:  # noqa: BLE001 - the pages dispatch again on their next render
         print(f"could not start the next queued run: {error}", file=sys.stderr)
 

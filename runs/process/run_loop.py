@@ -1,4 +1,4 @@
-"""The loop of one run process: train, record, poll commands, beat (see `runs.worker`).
+"""The loop of one run process: train, record, poll commands, beat (see `runs.process.worker`).
 
 Per step (1-based `step`): one compiled train step; the loss joins a running mean; on
 `recording.should_record(step)` steps (and the last) the mean train loss and the packed slot
@@ -6,11 +6,12 @@ statistics are buffered, on `recording.should_histogram(step)` steps the histogr
 `val_loss` / `val_accuracy` every `eval_every` steps, at the last step and at step 0 (before
 training). Buffers hold the named rows of `engine.record_rows` and are flushed with ONE
 `store.append` about every `FLUSH_EVERY_S` (which also refreshes the heartbeat), by a writer
-thread. Commands are polled about every `POLL_EVERY_S` and carried out by the command table
-`runs.commands`. While paused the process keeps polling and beats at least every `HEARTBEAT_S`;
-a `step` command trains exactly one step of a paused run (flushed at once, still paused). A
-`set_speed` command paces the loop: at most `steps_per_second` steps per second, sleeping (and
-polling) between steps; None is full speed.
+thread. Commands are polled about every `POLL_EVERY_S` (`RunStore.pending`), parsed with
+`runs.protocol.parse` and carried out by the handler of their kind (`handlers`, given to the
+loop: `runs.process.handlers.HANDLERS` in a run process). While paused the process keeps polling
+and beats at least every `HEARTBEAT_S`; a `step` command trains exactly one step of a paused run
+(flushed at once, still paused). A `set_speed` command paces the loop: at most
+`steps_per_second` steps per second, sleeping (and polling) between steps; None is full speed.
 
 A run with a learning-rate schedule or `decay` (at start or set live by `set_schedule`) also
 buffers, on every recorded step, the effective learning rate that step used
@@ -32,15 +33,15 @@ import queue
 import sqlite3
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from engine import recording
 from engine.record_rows import ScalarRow
 from optimizers.hyper_kinds import hyper_kinds_table
-from runs import commands
-from runs.store import RunStore
+from runs.protocol import Refused, parse
+from runs.store.run_store import RunStore
 
 FLUSH_EVERY_S = 0.25
 POLL_EVERY_S = 0.1
@@ -52,7 +53,7 @@ TAB_CLOSED_AFTER_S = 150.0
 TAB_CHECK_EVERY_S = 5.0
 
 
-class _Diverged(Exception):
+class Diverged(Exception):
     """The run diverged; the message names the step and the quantity."""
 
 
@@ -66,12 +67,28 @@ def _hyper_kinds(opt, engine) -> list[dict[str, Any]]:
         return [{"name": "(table unavailable)", "kind": f"{type(error).__name__}: {error}"}]
 
 
-class _Run:
-    """State of one run loop (see the module docstring)."""
+# A command handler: (run loop, command id, parsed payload) -> None, or raises `Refused`.
+Handler = Callable[["RunLoop", int, Any], None]
+
+
+class RunLoop:
+    """State of one run loop (see the module docstring).
+
+    Args:
+        run_id, store: the run and the store it records into and takes commands from.
+        engine: the run's `engine.train_step.Engine` (or a stand-in with its surface).
+        total: steps to train; eval_every: validation every this many steps.
+        record, histogram: step -> whether that step records statistics / histograms.
+        handlers: {command kind: handler} (`runs.process.handlers.HANDLERS`); a kind without
+            a handler is refused.
+        hyper: a `hypergrad.stepper.HyperStepper` when the run follows hyper-gradients.
+    """
 
     def __init__(self, run_id: int, store: RunStore, engine, total: int, eval_every: int,
-                 record: Callable[[int], bool], histogram: Callable[[int], bool], hyper=None):
+                 record: Callable[[int], bool], histogram: Callable[[int], bool],
+                 handlers: Mapping[str, Handler], hyper=None):
         self.run_id, self.store, self.engine = run_id, store, engine
+        self.handlers = handlers
         self.hyper = hyper  # a HyperStepper when the run follows hyper-gradients
         self.stepper = hyper if hyper is not None else engine
         self.last_meta = 0.0
@@ -156,12 +173,37 @@ class _Run:
             try:
                 self._poll_con = sqlite3.connect(self.store.path, timeout=30.0)
             except sqlite3.Error:
-                pass  # `commands.pending` opens its own and raises the store's error
-        for command in commands.pending(self.store, self.run_id, self._poll_con):
-            commands.handle(self, command)
+                pass  # `RunStore.pending` opens its own and raises the store's error
+        for command in self.store.pending(self.run_id, self._poll_con):
+            self.handle(command)
         if self.last_poll - self.last_tab_check >= TAB_CHECK_EVERY_S:
             self.last_tab_check = self.last_poll
             self.check_viewer()
+
+    def handle(self, command: dict[str, Any]) -> str:
+        """Parse and carry out one command row; mark it `done` or `refused` (with the reason)
+        at the next step, the first that sees its effect.
+
+        Args:
+            command: `id, kind, payload` (payload as stored, or already decoded).
+
+        Returns:
+            The command's new status, `done` or `refused`.
+        """
+        next_step = self.step + 1
+        try:
+            payload = parse(command["kind"], command["payload"])
+            handler = self.handlers.get(command["kind"])
+            if handler is None:
+                raise Refused(f"{command['kind']} refused: this run process has no handler "
+                              f"for it (it handles {', '.join(self.handlers)})")
+            handler(self, command["id"], payload)
+        except Refused as refused:
+            self.store.finish_command(command["id"], "refused", str(refused.args[0]),
+                                      next_step)
+            return "refused"
+        self.store.finish_command(command["id"], "done", "", next_step)
+        return "done"
 
     def check_viewer(self) -> None:
         """Stop when the run's policy is `on_tab_close = stop` and its browser session has not
@@ -178,7 +220,7 @@ class _Run:
     def wait_while_paused(self) -> None:
         """Poll until resumed, stopped or a `step` command asks for one step."""
         while self.paused and not self.stop_requested and self.single_steps == 0:
-            time.sleep(POLL_EVERY_S)  # `_Heartbeat` beats meanwhile
+            time.sleep(POLL_EVERY_S)  # `Heartbeat` beats meanwhile
             self.poll()
 
     def pace(self, started: float) -> None:
@@ -198,7 +240,7 @@ class _Run:
     def evaluate(self, step: int) -> None:
         loss, accuracy = self.engine.evaluate()
         if not math.isfinite(loss):
-            raise _Diverged(f"diverged at step {step}: val_loss is not finite ({loss})")
+            raise Diverged(f"diverged at step {step}: val_loss is not finite ({loss})")
         self.buffers["scalars"] += [ScalarRow(step, "val_loss", loss),
                                     ScalarRow(step, "val_accuracy", accuracy)]
 
@@ -210,7 +252,7 @@ class _Run:
         loss, stats, hists = self.stepper.step(record, hist)
         loss = float(loss)
         if not math.isfinite(loss):
-            raise _Diverged(f"diverged at step {step}: train_loss is not finite ({loss})")
+            raise Diverged(f"diverged at step {step}: train_loss is not finite ({loss})")
         self.meter.add(loss)
         stats = stats.numpy()  # on every step: the recorded stats or the finiteness guard
         # mean and std are finite exactly when every element is (the norm may saturate at
@@ -220,7 +262,7 @@ class _Run:
             variable, slot = self.engine.series[bad[0]]
             detail = (f"norm={stats[bad[0], 0]:.3g}, mean={stats[bad[0], 1]:.3g}, "
                       f"std={stats[bad[0], 2]:.3g}" if record else "holds NaN or inf")
-            raise _Diverged(f"diverged at step {step}: {slot} of {variable} is not finite "
+            raise Diverged(f"diverged at step {step}: {slot} of {variable} is not finite "
                             f"({detail})")
         if record:
             if lr is not None:
@@ -260,7 +302,7 @@ class _Run:
             rows = hyper.hypergradient_rows(step, with_reverse=reverse)
             bad = next((r for r in rows if not math.isfinite(r.exact)), None)
             if bad is not None:
-                raise _Diverged(f"diverged at step {step}: the hyper-gradient of {bad.name} is "
+                raise Diverged(f"diverged at step {step}: the hyper-gradient of {bad.name} is "
                                 f"not finite ({bad.exact})")
             self.buffers["hypergradients"] += rows
         if hyper.autotune_etas and step % config.autotune_every == 0 and step < self.total:
@@ -299,7 +341,7 @@ class _Run:
         return "finished", f"finished {self.total} steps"
 
 
-class _Heartbeat:
+class Heartbeat:
     """Writes `runs.heartbeat` every `HEARTBEAT_S` from its own thread for the whole life of
     the run, so that a process busy for long in its main thread (importing TensorFlow on a
     loaded machine, building the model, an XLA compile) is not taken for dead by the pages

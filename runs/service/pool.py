@@ -2,12 +2,13 @@
 process trains a run. No Streamlit, no TensorFlow.
 
 `dispatch` starts queued runs while the pool has a free place AND the memory budget room
-(`runs.admission`); it is called by `runs.control.start_run`, by a run process as it ends
-and by the pages' heartbeat. Each run it starts goes to a warm worker that is ready (TensorFlow
-already imported, `runs.warm_pool`; assigned in one transaction, `runs.worker_table.assign`),
-else to a cold process started for it (`python -m runs.worker`, `_launch`) - when no warm
-worker is free, or warm workers are off (`OPTIMIZER_LAB_WARM_WORKERS=off`). Either way the
-run trains alone in a fresh process that exits after it. The run's `worker` column says which.
+(`runs.store.admission`); it is called by `runs.service.control.start_run`, by a run process as
+it ends and by the pages' heartbeat. Each run it starts goes to a warm worker that is ready
+(TensorFlow already imported, `runs.service.warm_pool`; assigned in one transaction,
+`runs.service.worker_table.assign`), else to a cold process started for it
+(`python -m runs.process.worker`, `_launch`) - when no warm worker is free, or warm workers are
+off (`OPTIMIZER_LAB_WARM_WORKERS=off`). Either way the run trains alone in a fresh process that
+exits after it. The run's `worker` column says which.
 """
 
 from __future__ import annotations
@@ -18,18 +19,18 @@ import sys
 from pathlib import Path
 from typing import Callable, Iterable
 
-from runs import worker_table
-from runs.admission import memory_budget_mb
-from runs.processes import process_start
-from runs.store import RunStore
+from runs.service import worker_table
+from runs.store.admission import memory_budget_mb
+from runs.store.processes import process_start
+from runs.store.run_store import RunStore
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Popen objects of the run processes started by this process, reaped on every call.
 _PROCESSES: dict[int, subprocess.Popen] = {}
 # Popen objects of this process's idle warm workers, by (store path, worker id); filled by
-# `runs.warm_pool`. A worker given a run moves to `_PROCESSES` under the run id.
+# `runs.service.warm_pool`. A worker given a run moves to `_PROCESSES` under the run id.
 _WARM_CHILDREN: dict[tuple[str, int], subprocess.Popen] = {}
-# Called after a run was given to a warm worker (`runs.warm_pool` wakes its refill thread).
+# Called after a run was given to a warm worker (`runs.service.warm_pool` wakes its refill thread).
 _ON_ASSIGN: list[Callable[[], None]] = []
 WARM_ENV = "OPTIMIZER_LAB_WARM_WORKERS"
 WARM_CHOICES = ("on", "off")
@@ -49,6 +50,14 @@ def reap() -> list[int]:
     for run_id in done:
         _PROCESSES.pop(run_id, None)
     return done
+
+
+def check_processes(store: RunStore) -> list[int]:
+    """Collect finished child processes (`reap`) and mark the active runs whose process is gone
+    interrupted (`RunStore.mark_interrupted`: the explicit stale-detection step, so that the
+    store's reads never write); returns the run ids newly marked."""
+    reap()
+    return store.mark_interrupted()
 
 
 def log_path(store: RunStore, run_id: int) -> Path:
@@ -106,7 +115,7 @@ def _env_int(name: str, default: int, low: int, high: int, note: str = "") -> in
 
 def warm_enabled() -> bool:
     """Whether runs may go to warm workers: `OPTIMIZER_LAB_WARM_WORKERS` = `on` (default) or
-    `off` (every run gets a cold process, as before warm workers).
+    `off` (every run gets a cold process).
 
     Raises:
         ValueError: another value.
@@ -129,7 +138,7 @@ def tab_close_policy() -> str:
     """What happens to a run when the browser session that started it closes:
     `OPTIMIZER_LAB_ON_TAB_CLOSE` = `finish` (default: it trains on, visible to any session) or
     `stop` (the run process stops itself once no page of that session has been seen for
-    `runs.worker.TAB_CLOSED_AFTER_S` seconds).
+    `runs.process.run_loop.TAB_CLOSED_AFTER_S` seconds).
 
     Raises:
         ValueError: another value.
@@ -139,7 +148,7 @@ def tab_close_policy() -> str:
 
 def dispatch(store: RunStore, size: int | None = None) -> list[int]:
     """Start queued runs while the pool has free places and the memory budget
-    (`runs.admission.memory_budget_mb`, MB) has room; returns the run ids started.
+    (`runs.store.admission.memory_budget_mb`, MB) has room; returns the run ids started.
 
     Called by `start_run`, by a run process as it ends (the queue drains with no page open)
     and by the pages on every render (a run killed with SIGKILL cannot hand its place over;
@@ -181,10 +190,10 @@ def _assign_warm(store: RunStore, run_id: int) -> bool:
 def _launch(store: RunStore, run_id: int) -> None:
     """Start a cold worker process for a claimed (`starting`) run (`worker = 'cold'`).
 
-    The process runs `python -m runs.worker --store <path> --run-id <id>` in the project
+    The process runs `python -m runs.process.worker --store <path> --run-id <id>` in the project
     root with `TF_USE_LEGACY_KERAS=1`, in its own session (it survives a Streamlit rerun and a
     restart of the server), its output appended to `log_path(store, id)`. Its pid and its
-    start time (`runs.processes.process_start`: the identity that tells a stalled run from a
+    start time (`runs.store.processes.process_start`: the identity that tells a stalled run from a
     dead one whose pid was reused) are stored with the run.
     """
     path = log_path(store, run_id)
@@ -192,7 +201,7 @@ def _launch(store: RunStore, run_id: int) -> None:
     try:
         with open(path, "ab") as log:
             _PROCESSES[run_id] = subprocess.Popen(
-                [sys.executable, "-m", "runs.worker", "--store", str(store.path),
+                [sys.executable, "-m", "runs.process.worker", "--store", str(store.path),
                  "--run-id", str(run_id)],
                 cwd=PROJECT_ROOT, env=worker_env(), stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,

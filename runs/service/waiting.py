@@ -1,4 +1,4 @@
-"""Waiting on the run store: one command's row, a command's outcome, a run's status or step
+"""Waiting on the run store: a command's outcome, a run's status or step
 (polling every `POLL_S` seconds; what the CLI and the tests use). No Streamlit, no TensorFlow.
 """
 
@@ -7,31 +7,15 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable
 
-from runs.pool import reap
-from runs.store import FINAL_STATUSES, RunStore
+from runs.service.pool import check_processes
+from runs.protocol import FINAL_STATUSES
+from runs.store.run_store import RunStore
 
 POLL_S = 0.05
 
 
-def command(store: RunStore, command_id: int) -> dict[str, Any]:
-    """One command row: `id, run_id, kind, payload, status, message, step`.
-
-    Raises:
-        KeyError: no such command.
-    """
-    with store._connect() as con:
-        row = con.execute(
-            "SELECT id, run_id, kind, payload, status, message, step FROM commands WHERE id = ?",
-            (command_id,),
-        ).fetchone()
-    if row is None:
-        raise KeyError(f"command {command_id} is not in the store {store.path}")
-    keys = ("id", "run_id", "kind", "payload", "status", "message", "step")
-    return dict(zip(keys, row))
-
-
 def wait_for_command(store: RunStore, command_id: int, timeout_s: float = 30.0) -> dict[str, Any]:
-    """Wait until a command is `done` or `refused`; returns its row (see `command`).
+    """Wait until a command is `done` or `refused`; returns its row (`RunStore.command`).
 
     Raises:
         TimeoutError: still pending after `timeout_s` seconds.
@@ -39,8 +23,8 @@ def wait_for_command(store: RunStore, command_id: int, timeout_s: float = 30.0) 
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        reap()
-        row = command(store, command_id)
+        check_processes(store)
+        row = store.command(command_id)
         if row["status"] != "pending":
             return row
         status = store.run(row["run_id"])["status"]
@@ -61,7 +45,7 @@ def wait_for_status(store: RunStore, run_id: int, statuses: Iterable[str] | str,
     wanted = (statuses,) if isinstance(statuses, str) else tuple(statuses)
     deadline = time.monotonic() + timeout_s
     while True:
-        reap()
+        check_processes(store)
         run = store.run(run_id)
         if run["status"] in wanted:
             return run
@@ -82,7 +66,7 @@ def wait_for_step(
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        reap()
+        check_processes(store)
         run = store.run(run_id)
         if run["step"] >= step:
             return run

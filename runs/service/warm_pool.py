@@ -2,19 +2,21 @@
 process (the Streamlit server; a test). No Streamlit, no TensorFlow.
 
 Why: a cold run process imports TensorFlow (4-5 s, ~750 MB on the 2-core machine) before its
-first step, so Start -> first step took 5-8 s, 15-78 s under load. A warm worker
-(`runs.warm_worker`) pays that before any run needs it; `runs.pool.dispatch` gives a claimed
-run to a ready one in one transaction (`runs.worker_table.assign`) and falls back to a cold
-process when none is ready. Each warm worker trains exactly one run and exits, so runs stay
-isolated from each other exactly as with cold processes (a fresh process per run).
+first step: Start -> first step costs 5-8 s cold, 15-78 s under load. A warm worker
+(`runs.process.warm_worker`) pays that before any run needs it; `runs.service.pool.dispatch`
+gives a claimed run to a ready one in one transaction (`runs.service.worker_table.assign`) and
+falls back to a cold process when none is ready. Each warm worker trains exactly one run and
+exits, so runs stay isolated from each other exactly as with cold processes (a fresh process per
+run).
 
 `keep_warm(store)` starts (once per process) a refill thread that every `REFILL_EVERY_S`
 seconds, and at once after an assignment: moves the workers given a run into
-`runs.pool._PROCESSES` (reaped like cold ones), forgets the ones that exited, and starts new
-spares up to `runs.admission.warm_spares` (one per free pool place, `OPTIMIZER_LAB_POOL_SIZE`,
-within the memory budget) - once no run is starting (`STARTING_PRIORITY_S`). `shutdown()` (also at exit) retires and terminates this process's
-idle workers; a worker whose parent dies without a shutdown exits by itself (see
-`runs.warm_worker`), so the server never leaves orphans.
+`runs.service.pool._PROCESSES` (reaped like cold ones), forgets the ones that exited, and starts
+new spares up to `runs.store.admission.warm_spares` (one per free pool place,
+`OPTIMIZER_LAB_POOL_SIZE`, within the memory budget) - once no run is starting
+(`STARTING_PRIORITY_S`). `shutdown()` (also at exit) retires and terminates this process's idle
+workers; a worker whose parent dies without a shutdown exits by itself (see
+`runs.process.warm_worker`), so the server never leaves orphans.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ import threading
 import time
 from pathlib import Path
 
-from runs import admission, worker_table
-from runs.pool import (_ON_ASSIGN, _PROCESSES, _WARM_CHILDREN, PROJECT_ROOT, pool_size,
+from runs.service import worker_table
+from runs.store import admission
+from runs.service.pool import (_ON_ASSIGN, _PROCESSES, _WARM_CHILDREN, PROJECT_ROOT, pool_size,
                        warm_enabled, worker_env)
-from runs.processes import process_start
-from runs.store import RunStore
+from runs.store.processes import process_start
+from runs.store.run_store import RunStore
 
 REFILL_EVERY_S = 0.5
 # A spare is not started while a run started less than this many seconds ago is still
@@ -44,7 +47,7 @@ MAX_FAILURES = 3
 
 def warm_log_path(store: RunStore, worker_id: int) -> Path:
     """`<store dir>/logs/warm-<id>.log`: a warm worker's output until it takes a run (then it
-    writes to the run's log, `runs.pool.log_path`); removed once the worker is gone."""
+    writes to the run's log, `runs.service.pool.log_path`); removed once the worker is gone."""
     return store.path.parent / "logs" / f"warm-{worker_id}.log"
 
 
@@ -93,7 +96,7 @@ class WarmPool:
                 if key == self._key}
 
     def collect(self) -> None:
-        """Hand workers that were given a run to `runs.pool._PROCESSES` (by run id), forget
+        """Hand workers that were given a run to `runs.service.pool._PROCESSES` (by run id), forget
         exited ones and remove their warm logs."""
         mine = self._mine()
         for wid, run_id in worker_table.runs_of(self.store, list(mine)).items():
@@ -115,7 +118,7 @@ class WarmPool:
                     log.unlink(missing_ok=True)
 
     def refill(self) -> list[int]:
-        """Collect, then start the spares `runs.admission.warm_spares` asks for; returns
+        """Collect, then start the spares `runs.store.admission.warm_spares` asks for; returns
         their worker ids.
 
         Raises:
@@ -141,7 +144,7 @@ class WarmPool:
         try:
             with open(log, "ab") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "runs.warm_worker", "--store", self._key,
+                    [sys.executable, "-m", "runs.process.warm_worker", "--store", self._key,
                      "--worker-id", str(wid), "--parent", str(os.getpid())],
                     cwd=PROJECT_ROOT, env=worker_env(), stdout=out, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, start_new_session=True,

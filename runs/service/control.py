@@ -1,47 +1,41 @@
-"""Starting and steering runs: what the pages and the CLI call. Never imports TensorFlow itself
-(it imports `settings.run_config`, whose optimizer registry does).
+"""Starting and steering runs: what the pages and the CLI call, and the one validation of every
+command before it is queued. No TensorFlow: the optimizer registry gives the specs without
+building an optimizer (tests/test_tf_free_server.py).
 
 A run is a separate process started with `start_run`: a warm worker that already imported
-TensorFlow (`runs.warm_pool`, kept by the server with `keep_warm`), else a cold
-`python -m runs.worker` (the pool and the launch are in `runs.pool`); either trains that one
-run and exits. Everything else goes through the run store: `set_hyper`, `pause`, `resume`,
-`step`, `set_speed`, `stop`, `autotune`, `response_slice` queue commands the process polls
-about every 0.1 s, and the `wait_for_*` helpers (`runs.waiting`) poll the store.
-`pause`, `resume`, `step`, `set_speed` and `stop` are idempotent while pending: a repeat of a
-command still pending returns its id instead of queueing a twin (`send_command_once`).
+TensorFlow (`runs.service.warm_pool`, kept by the server with `keep_warm`), else a cold
+`python -m runs.process.worker` (the pool and the launch are in `runs.service.pool`); either
+trains that one run and exits. Everything else goes through the run store: `set_hyper`,
+`pause`, `resume`, `step`, `set_speed`, `stop`, `autotune`, `response_slice` queue commands
+(payloads of `runs.protocol`) the process polls about every 0.1 s; `runs.service.waiting`
+polls the store for their outcome. `pause`, `resume`, `step`, `set_speed` and `stop` are
+idempotent while pending: a repeat of a command still pending returns its id instead of
+queueing a twin (`send_command_once`).
 
-Every command, and `rename`, `delete`, `take_control`, first passes the one ownership check
-`runs.ownership.authorize` with the caller (`Caller`; `LOCAL` by default, for the CLI and
-tests; the pages always pass their session's caller). A refusal raises `NotOwner`.
-
-Worker logs go to `<store directory>/logs/run-<id>.log` (the store directory is the data
-directory `OPTIMIZER_LAB_HOME` for the default store).
+Every command, and `rename`, `delete`, `take_control`, first marks runs whose process is gone
+(`pool.check_processes`) and passes the one ownership check `runs.service.ownership.authorize`
+with the caller (`Caller`; `LOCAL` by default, for the CLI and tests; the pages always pass
+their session's caller). A refusal raises `NotOwner`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import time
 from typing import Any
 
+import pydantic
+
 from optimizers import registry
+from runs import protocol
+from runs.protocol import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
+from runs.service import ownership, pool
+from runs.service.ownership import LOCAL, Caller, NotOwner
+from runs.service.warm_pool import keep_warm
+from runs.store.admission import MEMORY_BUDGET_ENV, estimate_mb, memory_budget_mb
+from runs.store.processes import pid_alive, same_process_alive
+from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
-from runs import ownership
-from runs.admission import MEMORY_BUDGET_ENV, estimate_mb, memory_budget_mb
-from runs.ownership import LOCAL, Caller, NotOwner  # noqa: F401  (re-exported for the pages)
-from runs.pool import (  # noqa: F401  (re-exported: the pool's public names)
-    _PROCESSES, DEFAULT_POOL_SIZE, MAX_POOL_SIZE, POOL_SIZE_ENV, PROJECT_ROOT, TAB_CLOSE_ENV,
-    TAB_CLOSE_POLICIES, WARM_ENV, dispatch, log_path, pool_size, reap, tab_close_policy,
-    warm_enabled, worker_nice, NICE_ENV,
-)
-from runs.processes import same_process_alive
-from runs.warm_pool import keep_warm, shutdown as shutdown_warm_pool  # noqa: F401  (re-exported)
-from runs.waiting import (  # noqa: F401  (re-exported: what the CLI and tests call)
-    POLL_S, command, wait_for_command, wait_for_status, wait_for_step,
-)
-from runs.store import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED, RunStore, pid_alive
 
 # Bounds of the expensive request (a response slice trains `points` copies for `horizon`
 # steps inside the run process, which does not train meanwhile).
@@ -56,8 +50,8 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
               steps_per_second: float | None = None) -> int:
     """Create the run in the store and start it as soon as the pool has a free place.
 
-    The run is stored `queued`, owned by `caller` (no owner for `LOCAL`); `dispatch` then
-    starts it at once when fewer than `pool_size()` runs are active and its estimated memory
+    The run is stored `queued`, owned by `caller` (no owner for `LOCAL`); `pool.dispatch` then
+    starts it at once when fewer than `pool.pool_size()` runs are active and its estimated memory
     fits the budget, otherwise it waits for a run to end (see `RunStore.queue_positions`).
     A page's caller (not `LOCAL`: the pages live in the long-lived server) also makes this
     process keep warm workers (`keep_warm`), so the next runs start without a TensorFlow import;
@@ -76,22 +70,14 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
     Raises:
         ValueError: `on_tab_close`, the pool size or the memory budget setting is invalid, the
             run's estimated memory (MB) alone exceeds the budget, or `steps_per_second` is
-            outside [`commands.MIN_SPEED`, `commands.MAX_SPEED`] (nothing is stored then).
+            outside [`protocol.MIN_SPEED`, `protocol.MAX_SPEED`] (nothing is stored then).
     """
-    from runs import commands
-
-    speed = {"steps_per_second": None if steps_per_second is None else float(steps_per_second)}
-    try:
-        commands.SetSpeed.model_validate(speed)
-    except Exception as error:  # pydantic.ValidationError: the range, named
-        raise ValueError(f"steps_per_second={steps_per_second!r} refused: must be in "
-                         f"[{commands.MIN_SPEED:g}, {commands.MAX_SPEED:g}] steps per second, "
-                         "or None for full speed") from error
-    reap()
-    if on_tab_close not in TAB_CLOSE_POLICIES:
+    speed = _speed_payload(steps_per_second)
+    pool.reap()
+    if on_tab_close not in pool.TAB_CLOSE_POLICIES:
         raise ValueError(f"on_tab_close={on_tab_close!r} refused: must be one of "
-                         f"{', '.join(TAB_CLOSE_POLICIES)}")
-    size = pool_size()
+                         f"{', '.join(pool.TAB_CLOSE_POLICIES)}")
+    size = pool.pool_size()
     budget, need = memory_budget_mb(), estimate_mb(config.to_json_dict())
     if budget is not None and need > budget:
         raise ValueError(f"run refused: it needs ~{need:.0f} MB (hyper-gradients "
@@ -103,17 +89,39 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
     store.update_run(run_id, on_tab_close=on_tab_close)
     if steps_per_second is not None:  # pending before the process exists: its first poll
         store.send_command_once(run_id, "set_speed", speed)
-    dispatch(store, size)
+    pool.dispatch(store, size)
     if not caller.local:
         keep_warm(store)
     return run_id
 
 
+def _speed_payload(steps_per_second: float | None) -> dict[str, Any]:
+    """The `set_speed` payload of this pace, checked by `protocol.SetSpeed`.
+
+    Raises:
+        ValueError: outside [`protocol.MIN_SPEED`, `protocol.MAX_SPEED`] (names the range).
+    """
+    payload = {"steps_per_second": None if steps_per_second is None else float(steps_per_second)}
+    try:
+        protocol.SetSpeed.model_validate(payload)
+    except pydantic.ValidationError as error:
+        raise ValueError(f"steps_per_second={steps_per_second!r} refused: must be in "
+                         f"[{protocol.MIN_SPEED:g}, {protocol.MAX_SPEED:g}] steps per second, "
+                         "or None for full speed") from error
+    return payload
+
+
+def _authorized(store: RunStore, run_id: int, caller: Caller, action: str) -> dict[str, Any]:
+    """The run, read after runs whose process is gone were marked interrupted, when `caller`
+    may do `action` to it (`ownership.authorize`)."""
+    pool.check_processes(store)
+    return ownership.authorize(store, run_id, caller, action)
+
+
 def _active_run(store: RunStore, run_id: int, caller: Caller = LOCAL,
                 action: str = "pause") -> dict[str, Any]:
     """The run when `caller` may do `action` (`ownership.authorize`) and it is active."""
-    reap()
-    run = ownership.authorize(store, run_id, caller, action)
+    run = _authorized(store, run_id, caller, action)
     if run["status"] not in ACTIVE_STATUSES:
         raise ValueError(
             f"run_id={run_id} refused: the run is {run['status']}; commands need a run that is "
@@ -124,42 +132,37 @@ def _active_run(store: RunStore, run_id: int, caller: Caller = LOCAL,
 
 def set_hyper(store: RunStore, run_id: int, name: str, value: Any, source: str = "user",
               caller: Caller = LOCAL) -> int:
-    """Queue a live hyperparameter change; returns the command id (see `wait_for_command`).
+    """Queue a live hyperparameter change; returns the command id (see
+    `runs.service.waiting.wait_for_command`).
+
+    The one check of a hyperparameter's value against its spec: the run process trusts the
+    queued payload (only the optimizer's own `_set_hyper` guard applies there). A run setting
+    (`lr_schedule`, `decay`) is checked by `protocol.checked_run_setting`, the check
+    `protocol.parse` also applies to every row the run process reads.
 
     Raises:
         NotOwner: `caller` does not own the run.
-        InvalidHyperparameter: `value` is refused by the optimizer's spec (checked here first).
+        InvalidHyperparameter: `value` is refused by the optimizer's spec.
         KeyError: the run's optimizer has no hyperparameter `name`.
         ValueError: the run is not active; for `name` "lr_schedule" (`value` a serialized
             schedule or None = constant) a schedule refused by `optimizers.schedule_specs`
-            (ScheduleError), for "decay" a value outside the settings table's range. Both are
-            run settings the run process changes between two steps (`runs.commands`).
+            (ScheduleError), for "decay" a value outside the settings table's range
+            (`protocol.checked_run_setting`). Both are run settings the run process changes
+            between two steps (`runs.process.handlers`).
     """
     run = _active_run(store, run_id, caller, "set_hyper")
     config = run["config"]
-    if name in ("lr_schedule", "decay"):
-        from schedules.table import validate_schedule
-        from settings import fields
-
-        if name == "lr_schedule":
-            checked = validate_schedule("lr_schedule", value)
-        else:
-            low, high = fields.bounds("decay")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
-                    low <= value <= high):
-                raise ValueError(f"decay={value!r} refused: must be a float in "
-                                 f"[{low:g}, {high:g}]")
-            checked = float(value)
-        return store.send_command(run_id, "set_hyper", {"name": name, "value": checked,
-                                                        "source": source})
-    specs = {s.name: s for s in registry.specs(config["optimizer"], config.get("options"))}
-    if name not in specs:
-        raise KeyError(
-            f"hyperparameter {name!r} refused: {config['optimizer']} has {', '.join(specs)}"
-        )
-    checked = specs[name].validate(value)
-    return store.send_command(run_id, "set_hyper", {"name": name, "value": checked,
-                                                    "source": source})
+    if name in protocol.SCHEDULE_NAMES:
+        checked = protocol.checked_run_setting(name, value)
+    else:
+        specs = {s.name: s for s in registry.specs(config["optimizer"], config.get("options"))}
+        if name not in specs:
+            raise KeyError(
+                f"hyperparameter {name!r} refused: {config['optimizer']} has {', '.join(specs)}"
+            )
+        checked = specs[name].validate(value)
+    payload = protocol.SetHyper(name=name, value=checked, source=source)
+    return store.send_command(run_id, "set_hyper", payload.model_dump())
 
 
 def pause(store: RunStore, run_id: int, caller: Caller = LOCAL) -> int:
@@ -204,36 +207,22 @@ def step(store: RunStore, run_id: int, caller: Caller = LOCAL) -> int:
 def set_speed(store: RunStore, run_id: int, steps_per_second: float | None,
               caller: Caller = LOCAL) -> int:
     """Queue `set_speed`: train at most `steps_per_second` steps per second (in
-    [`commands.MIN_SPEED`, `commands.MAX_SPEED`]), or at full speed (None). Ownership as for
+    [`protocol.MIN_SPEED`, `protocol.MAX_SPEED`]), or at full speed (None). Ownership as for
     `pause`; an identical pending `set_speed` is not queued twice.
 
     Raises:
         NotOwner: `caller` does not own the run.
         ValueError: the run is not active, or the speed is out of range (names the range).
     """
-    from runs import commands
-
     _active_run(store, run_id, caller, "pause")
-    payload = {"steps_per_second": None if steps_per_second is None else float(steps_per_second)}
-    try:
-        commands.SetSpeed.model_validate(payload)
-    except Exception as error:  # pydantic.ValidationError: the range, named
-        raise ValueError(f"steps_per_second={steps_per_second!r} refused: must be in "
-                         f"[{commands.MIN_SPEED:g}, {commands.MAX_SPEED:g}] steps per second, "
-                         "or None for full speed") from error
-    return store.send_command_once(run_id, "set_speed", payload)[0]
+    return store.send_command_once(run_id, "set_speed", _speed_payload(steps_per_second))[0]
 
 
 def speed(store: RunStore, run_id: int) -> float | None:
     """The run's pace in steps per second from its last `set_speed` that was not refused (None
     = full speed, also when it never got one)."""
-    with store._connect() as con:
-        row = con.execute("SELECT payload FROM commands WHERE run_id = ? AND kind = 'set_speed' "
-                          "AND status != 'refused' ORDER BY id DESC LIMIT 1",
-                          (run_id,)).fetchone()
-    if row is None:
-        return None
-    value = json.loads(row[0]).get("steps_per_second")
+    payload = store.last_payload(run_id, "set_speed")
+    value = None if payload is None else payload.get("steps_per_second")
     return None if value is None else float(value)
 
 
@@ -253,8 +242,7 @@ def stop(store: RunStore, run_id: int, caller: Caller = LOCAL) -> int | None:
         NotOwner: `caller` is neither the run's owner nor a teacher.
         ValueError: the run is neither queued nor active.
     """
-    reap()
-    run = ownership.authorize(store, run_id, caller, "stop")
+    run = _authorized(store, run_id, caller, "stop")
     result = _stop(store, run)
     if ownership.via_teacher(run, caller):
         ownership.record(store, run_id, "teacher_stop", caller, f"status {run['status']}")
@@ -270,8 +258,8 @@ def _stop(store: RunStore, run: dict[str, Any]) -> int | None:
     if run["status"] == "starting" and store.set_status(
             run_id, "stopped", "stopped before its first step", only_from=("starting",)):
         _signal(run, signal.SIGTERM)
-        reap()
-        dispatch(store)
+        pool.reap()
+        pool.dispatch(store)
         return None
     silent = store.stalled_for(run)
     if silent is not None and same_process_alive(run["pid"], run.get("pid_start")):
@@ -281,8 +269,8 @@ def _stop(store: RunStore, run: dict[str, Any]) -> int | None:
             _signal(run, signal.SIGKILL)
             store.add_event(run_id, "stalled_stop", "",
                             f"no heartbeat for {silent:.0f} s, SIGKILL to pid {run['pid']}")
-            reap()
-            dispatch(store)
+            pool.reap()
+            pool.dispatch(store)
             return None
     return store.send_command_once(run_id, "stop")[0]
 
@@ -323,18 +311,6 @@ def autotune(store: RunStore, run_id: int, name: str, hyper_learning_rate: float
                               {"name": name, "hyper_learning_rate": hyper_learning_rate})
 
 
-def _pending_slices(store: RunStore, run_id: int, owner: str | None) -> tuple[int, int]:
-    """(pending `response_slice` commands of this run, of all runs owned by `owner`)."""
-    with store._connect() as con:
-        of_run = con.execute("SELECT COUNT(*) FROM commands WHERE run_id = ? AND kind = "
-                             "'response_slice' AND status = 'pending'", (run_id,)).fetchone()[0]
-        of_owner = con.execute(
-            "SELECT COUNT(*) FROM commands JOIN runs ON runs.id = commands.run_id WHERE "
-            "runs.owner = ? AND commands.kind = 'response_slice' AND commands.status = "
-            "'pending'", (owner,)).fetchone()[0] if owner else 0
-    return of_run, of_owner
-
-
 def response_slice(store: RunStore, run_id: int, name: str, horizon: int = 20,
                    points: int = 9, caller: Caller = LOCAL) -> int:
     """Queue `response_slice` (validation loss after `horizon` more steps vs `name`, around its
@@ -357,7 +333,8 @@ def response_slice(store: RunStore, run_id: int, name: str, horizon: int = 20,
     if not SLICE_POINTS[0] <= points <= SLICE_POINTS[1]:
         raise ValueError(f"points={points} refused: must be in [{SLICE_POINTS[0]}, "
                          f"{SLICE_POINTS[1]}]")
-    of_run, of_owner = _pending_slices(store, run_id, None if caller.local else caller.owner)
+    of_run = store.pending_count("response_slice", run_id=run_id)
+    of_owner = 0 if caller.local else store.pending_count("response_slice", owner=caller.owner)
     if of_run >= MAX_PENDING_SLICES_PER_RUN:
         raise ValueError(f"response_slice of run #{run_id} refused: {of_run} slices are "
                          f"already pending for this run (at most {MAX_PENDING_SLICES_PER_RUN}); "
@@ -376,9 +353,9 @@ def rename(store: RunStore, run_id: int, name: str, caller: Caller = LOCAL) -> N
     Raises:
         NotOwner: `caller` is neither the run's owner nor a teacher.
         KeyError: no such run.
-        ValueError: `name` longer than `runs.store.MAX_NAME` characters.
+        ValueError: `name` longer than `runs.store.run_store.MAX_NAME` characters.
     """
-    run = ownership.authorize(store, run_id, caller, "rename")
+    run = _authorized(store, run_id, caller, "rename")
     store.rename_run(run_id, name)
     if ownership.via_teacher(run, caller):
         ownership.record(store, run_id, "teacher_rename", caller,
@@ -395,8 +372,7 @@ def delete(store: RunStore, run_id: int, caller: Caller = LOCAL) -> None:
         ValueError: the run is queued or active, or its process still lives (a stalled or
             ending run still writes rows).
     """
-    reap()
-    run = ownership.authorize(store, run_id, caller, "delete")
+    run = _authorized(store, run_id, caller, "delete")
     if run["status"] in LIVE_STATUSES:
         raise ValueError(f"delete of run #{run_id} refused: the run is {run['status']}; stop "
                          "it first")
@@ -410,7 +386,7 @@ def delete(store: RunStore, run_id: int, caller: Caller = LOCAL) -> None:
 
 
 def take_control(store: RunStore, run_id: int, caller: Caller) -> str:
-    """Make `caller` the owner of a run nobody answers for (see `runs.ownership`); the
+    """Make `caller` the owner of a run nobody answers for (see `runs.service.ownership`); the
     takeover is recorded. Returns why it was allowed ("already the owner" changes nothing).
 
     Raises:
@@ -418,15 +394,11 @@ def take_control(store: RunStore, run_id: int, caller: Caller) -> str:
             over at the same moment.
         KeyError: no such run.
     """
-    run = ownership.authorize(store, run_id, caller, "take_control")
+    run = _authorized(store, run_id, caller, "take_control")
     why = ownership.may_take_control(run, caller)
     if why == "already the owner" or caller.local:
         return why
-    with store._connect() as con:  # atomic: of two sessions taking over, one wins
-        taken = con.execute(
-            "UPDATE runs SET owner = ?, viewer_heartbeat = ? WHERE id = ? AND owner IS ?",
-            (caller.owner, time.time(), run_id, run.get("owner"))).rowcount == 1
-    if not taken:
+    if not store.take_owner(run_id, caller.owner, run.get("owner")):
         raise NotOwner(f"take control of run #{run_id} refused: another session took it over "
                        "just now")
     ownership.record(store, run_id, "take_control", caller,

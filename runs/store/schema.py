@@ -1,7 +1,9 @@
-"""The run store's SQL schema: the tables (see `runs.store` for what each holds) and the
-columns added to `runs` since the first stores (migrated on open by `RunStore`).
+"""The run store's SQL schema: the tables (see `runs.store.run_store` for what each holds) and the
+columns added to `runs` since the first stores (migrated on open by `RunStore`). The record
+tables are declared by their row types (`engine.record_rows`): `record_table_sql` builds each
+`CREATE TABLE` from the same fields `record_rows.insert_sql` writes.
 
-`workers` (one row per warm worker process, `runs.worker_table`): `state` goes `warming`
+`workers` (one row per warm worker process, `runs.service.worker_table`): `state` goes `warming`
 (importing TensorFlow) -> `ready` (waiting for a run) -> `assigned` (a run id written by
 `assign`, one transaction) -> `running` (the worker took it) -> `gone` (exited); `retired`
 asks an idle worker to exit (pool shut down). `parent_pid` is the process whose pool started
@@ -9,7 +11,44 @@ it; `env` (JSON) the `OPTIMIZER_LAB_*` variables of the dispatcher at assignment
 folder it loaded may be newer than the worker).
 """
 
-SCHEMA = """
+from engine.record_rows import ROW_TYPES, STORED_AFTER
+
+# SQL type of a record-row field, from its annotation as written (`engine.record_rows` postpones
+# annotations: NamedTuple keeps them as `ForwardRef`s of the text). A float is nullable: SQLite
+# stores NaN as NULL. Sequences (histogram counts) are stored as JSON text.
+_SQL_TYPES = {"int": "INTEGER NOT NULL", "str": "TEXT NOT NULL", "float": "REAL",
+              "float | None": "REAL", "Sequence[int]": "TEXT NOT NULL"}
+# Columns a value must reach even though the field is a plain float (the new value of a
+# hyperparameter change; the hyperparameter value of a response-slice point).
+_NOT_NULL = {("hyper_changes", "new"), ("response_slices", "value")}
+_DEFAULTS = {("response_slices", "center"): "0"}  # a point is not the centre unless marked
+# Columns the store adds after the row's fields (`STORED_AFTER`): Unix seconds of the batch.
+_STORED_AFTER_TYPE = "REAL NOT NULL"
+
+
+def record_table_sql(table: str) -> str:
+    """`CREATE TABLE IF NOT EXISTS` of a record table: `run_id`, then the fields of its row type
+    (`engine.record_rows.ROW_TYPES`) in order, then `STORED_AFTER`; the same columns
+    `record_rows.insert_sql` writes.
+
+    Raises:
+        KeyError: `table` is not a record table, or a field's annotation has no SQL type.
+    """
+    row_type = ROW_TYPES[table]
+    columns = ["run_id INTEGER NOT NULL"]
+    for field in row_type._fields:
+        annotation = row_type.__annotations__[field]
+        sql_type = _SQL_TYPES[getattr(annotation, "__forward_arg__", annotation)]
+        if (table, field) in _NOT_NULL:
+            sql_type += " NOT NULL"
+        if (table, field) in _DEFAULTS:
+            sql_type += f" DEFAULT {_DEFAULTS[table, field]}"
+        columns.append(f"{field} {sql_type}")
+    columns += [f"{name} {_STORED_AFTER_TYPE}" for name in STORED_AFTER.get(table, ())]
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n    " + ",\n    ".join(columns) + "\n);\n"
+
+
+SCHEMA = "".join(record_table_sql(table) for table in ROW_TYPES) + """
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL DEFAULT '',
@@ -32,24 +71,9 @@ CREATE TABLE IF NOT EXISTS runs (
     pid INTEGER,
     heartbeat REAL
 );
-CREATE TABLE IF NOT EXISTS scalars (
-    run_id INTEGER NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL, value REAL
-);
 CREATE INDEX IF NOT EXISTS scalars_run ON scalars (run_id, name, step);
-CREATE TABLE IF NOT EXISTS hyper_changes (
-    run_id INTEGER NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL,
-    old REAL, new REAL NOT NULL, source TEXT NOT NULL, created REAL NOT NULL
-);
 CREATE INDEX IF NOT EXISTS hyper_changes_run ON hyper_changes (run_id, step);
-CREATE TABLE IF NOT EXISTS slot_stats (
-    run_id INTEGER NOT NULL, step INTEGER NOT NULL, variable TEXT NOT NULL, slot TEXT NOT NULL,
-    norm REAL, mean REAL, std REAL
-);
 CREATE INDEX IF NOT EXISTS slot_stats_run ON slot_stats (run_id, variable, slot, step);
-CREATE TABLE IF NOT EXISTS histograms (
-    run_id INTEGER NOT NULL, step INTEGER NOT NULL, variable TEXT NOT NULL, slot TEXT NOT NULL,
-    lo REAL, hi REAL, counts TEXT NOT NULL
-);
 CREATE INDEX IF NOT EXISTS histograms_run ON histograms (run_id, variable, slot, step);
 CREATE TABLE IF NOT EXISTS commands (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -58,16 +82,7 @@ CREATE TABLE IF NOT EXISTS commands (
     message TEXT NOT NULL DEFAULT '', step INTEGER
 );
 CREATE INDEX IF NOT EXISTS commands_run ON commands (run_id, status);
-CREATE TABLE IF NOT EXISTS hypergradients (
-    run_id INTEGER NOT NULL, step INTEGER NOT NULL, name TEXT NOT NULL,
-    exact REAL, one_step REAL, reverse REAL, val_loss REAL
-);
 CREATE INDEX IF NOT EXISTS hypergradients_run ON hypergradients (run_id, step);
-CREATE TABLE IF NOT EXISTS response_slices (
-    run_id INTEGER NOT NULL, request_id INTEGER NOT NULL, step INTEGER NOT NULL,
-    name TEXT NOT NULL, value REAL NOT NULL, loss REAL, hypergradient REAL,
-    center INTEGER NOT NULL DEFAULT 0
-);
 CREATE INDEX IF NOT EXISTS response_slices_run ON response_slices (run_id, request_id);
 CREATE TABLE IF NOT EXISTS run_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -92,13 +107,13 @@ CREATE INDEX IF NOT EXISTS workers_state ON workers (state);
 # Columns added to `runs` after the first release: (name, SQL type and default). Added with a
 # guarded ALTER TABLE so that older store files still open.
 # `viewer_heartbeat`: last time the browser session that owns the run was seen (Unix s);
-# `on_tab_close`: `finish` or `stop` (see runs/control.py `TAB_CLOSE_ENV`).
-# `owner`: the owner id of the browser session that started the run (`runs.ownership`); NULL
+# `on_tab_close`: `finish` or `stop` (see runs/service/control.py `TAB_CLOSE_ENV`).
+# `owner`: the owner id of the browser session that started the run (`runs.service.ownership`); NULL
 # for runs started from the CLI and for runs of stores created before owners were recorded.
-# `pid_start`: the start time of the run's process (clock ticks since boot, `runs.processes`).
+# `pid_start`: the start time of the run's process (clock ticks since boot, `runs.store.processes`).
 # `worker`: which kind of process trained the run: `warm` (a warm worker that had TensorFlow
-# imported before the run was assigned, `runs.warm_pool`), `cold` (a process started for it),
-# '' (not started yet, or a run trained in the caller's process).
+# imported before the run was assigned, `runs.service.warm_pool`), `cold` (a process started
+# for it), '' (not started yet, or a run trained in the caller's process).
 # `taken_at`: when that process took the run (Unix s; after its TensorFlow import for `cold`);
 # `taken_at - created` is the wait from Start to a process able to build the run.
 ADDED_RUN_COLUMNS = (

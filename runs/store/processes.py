@@ -3,7 +3,7 @@ no TensorFlow.)
 
 A pid alone is not an identity: once a process ends its pid can be given to another one. The
 kernel's start time of a process (field 22 of `/proc/<pid>/stat`, in clock ticks since boot)
-is recorded at launch (`runs.control._launch` -> `runs.pid_start`); a pid whose start time
+is recorded at launch (`runs.service.control._launch` -> `runs.pid_start`); a pid whose start time
 differs is another process.
 """
 

@@ -1,22 +1,22 @@
-"""A warm worker: `python -m runs.warm_worker --store PATH --worker-id N --parent PID`.
+"""A warm worker: `python -m runs.process.warm_worker --store PATH --worker-id N --parent PID`.
 
-Started by a warm pool (`runs.warm_pool`) BEFORE any run needs it, it pays the slow part of a
-run process up front - importing TensorFlow, tf_keras and the engine (4-5 s, ~750 MB on the
-2-core machine) and configuring the devices (`engine.devices.configure_gpus`, which must run
+Started by a warm pool (`runs.service.warm_pool`) BEFORE any run needs it, it pays the slow
+part of a run process up front - importing TensorFlow, tf_keras and the engine (4-5 s, ~750 MB
+on the 2-core machine) and configuring the devices (`engine.devices.configure_gpus`, which must run
 before TensorFlow initialises them) - then marks its row `ready` and waits, polling its row of
 the store's `workers` table every `POLL_S` seconds (one indexed SELECT on a kept connection).
 
-When a dispatcher assigns it a run (`runs.worker_table.assign`, one transaction), it takes
-the run (`taken_at` stamped), moves its output to the run's log, and trains that ONE run with
-the same code as a cold run process (`runs.worker.run_one`), then exits. Isolation between runs
-is therefore the same as before: every run gets a fresh process, so a run that diverges, is
-stopped, crashes or is killed cannot leak state into another run; the pool starts a new spare
-in the background.
+When a dispatcher assigns it a run (`runs.service.worker_table.assign`, one transaction), it
+takes the run (`taken_at` stamped), moves its output to the run's log, and trains that ONE run
+with the same code as a cold run process (`runs.process.worker.run_one`), then exits. Runs are
+therefore isolated as with cold processes: every run gets a fresh process, so a run that
+diverges, is stopped, crashes or is killed cannot leak state into another run; the pool starts
+a new spare in the background.
 
 While idle it exits by itself when its parent process is gone (`os.getppid()` changed: the
 server exited or was killed, so it never becomes an orphan holding ~750 MB) or when its row is
-`retired` (the pool shut down); SIGTERM while idle exits too. Once it holds a run it no longer
-watches its parent: a run outlives a restart of the server, as a cold run process does.
+`retired` (the pool shut down); SIGTERM while idle exits too. Once it holds a run it stops
+watching its parent: a run outlives a restart of the server, as a cold run process does.
 """
 
 from __future__ import annotations
@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the store module is light, but the worker imports it after warming up
-    from runs.store import RunStore
+    from runs.store.run_store import RunStore
 
 POLL_S = 0.05
-# Exit codes of a worker that trained nothing (a run's own exit code is `runs.worker.run_one`'s).
+# Exit codes of a worker that trained nothing (a run's own exit code is
+# `runs.process.worker.run_one`'s).
 EXIT_RETIRED = 0
 EXIT_ORPHANED = 3
 
@@ -55,7 +56,7 @@ def warm_up() -> None:
 
     from engine.devices import configure_gpus
     from engine.train_step import Engine
-    from runs import worker  # noqa: F401  (the run loop and the command table)
+    from runs.process import worker  # noqa: F401  (the run loop and the command table)
     from settings.run_config import RunConfig
 
     configure_gpus()
@@ -121,7 +122,7 @@ def _move_warm_log(path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Warm up, wait for a run, train it; returns the exit code (`EXIT_RETIRED` or
-    `EXIT_ORPHANED` when no run came, else the run's, see `runs.worker.run_one`)."""
+    `EXIT_ORPHANED` when no run came, else the run's, see `runs.process.worker.run_one`)."""
     parser = argparse.ArgumentParser(description="A warm Optimizer Lab run worker.")
     parser.add_argument("--store", required=True, help="path of the run-store SQLite file")
     parser.add_argument("--worker-id", type=int, required=True)
@@ -131,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ORPHANED
 
     warm_up()
-    from runs import worker, worker_table
-    from runs.store import RunStore
+    from runs.process import worker
+    from runs.service import worker_table
+    from runs.store.run_store import RunStore
 
     signal.signal(signal.SIGTERM, worker._on_sigterm)  # idle: exits; with a run: stops it
     store = RunStore(args.store)
@@ -150,9 +152,10 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(store: RunStore, worker_id: int, parent: int) -> int:
     """Wait for a run and train it (see `main`); returns the exit code."""
-    from runs import worker, worker_table
-    from runs.pool import log_path
-    from runs.warm_pool import warm_log_path
+    from runs.process import worker
+    from runs.service import worker_table
+    from runs.service.pool import log_path
+    from runs.service.warm_pool import warm_log_path
 
     run_id = _wait_for_run(store.path, worker_id, parent)
     if run_id is None:

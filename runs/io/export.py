@@ -54,7 +54,7 @@ import pandas as pd
 from optimizers import registry
 from settings.run_config import RunConfig
 from settings.config_file import MAX_BYTES, ConfigImportError, parse_config
-from runs.store import RunStore
+from runs.store.run_store import RunStore
 
 FORMAT = "optimizer-lab/run-config"
 FORMAT_VERSION = 1

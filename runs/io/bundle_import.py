@@ -1,8 +1,8 @@
 """An exported run zip read back WITH its records, so an import shows the run's curves.
 
-`runs.export.export_run` writes `run-<id>/config.json` and one CSV (and one Parquet file) per
+`runs.io.export.export_run` writes `run-<id>/config.json` and one CSV (and one Parquet file) per
 record table. `read_run_bundle` reads the config exactly as a config import does
-(`runs.export.read_bundle`) and every record table from its CSV, checking each cell against the
+(`runs.io.export.read_bundle`) and every record table from its CSV, checking each cell against the
 named row of `engine.record_rows` before anything reaches the store; `RunStore.import_run` then
 stores the run (status `imported`: final, never steered) and all its rows in ONE transaction.
 
@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from engine.record_rows import ROW_TYPES
-from runs.export import BUNDLE_MAX_BYTES, read_bundle
+from runs.io.export import BUNDLE_MAX_BYTES, read_bundle
 from settings.config_file import ConfigImportError
 from settings.run_config import RunConfig
 

@@ -1,7 +1,7 @@
 """The `workers` table of the run store: warm worker processes and the runs assigned to them.
 No Streamlit, no TensorFlow.
 
-Life of a row (see `runs.schema`): `warming` -> `ready` -> `assigned` -> `running` -> `gone`,
+Life of a row (see `runs.store.schema`): `warming` -> `ready` -> `assigned` -> `running` -> `gone`,
 or `ready` -> `retired` -> `gone` when its pool shuts down. The one step that must never happen
 twice - a run given to two workers, or a worker given two runs - is `assign`: one
 `BEGIN IMMEDIATE` transaction that moves ONE live `ready` worker to `assigned` and writes its
@@ -17,8 +17,9 @@ import sqlite3
 import time
 from typing import Any
 
-from runs.processes import same_process_alive
-from runs.store import ACTIVE_STATUSES, QUEUED, RunStore
+from runs.store.processes import same_process_alive
+from runs.protocol import ACTIVE_STATUSES, QUEUED
+from runs.store.run_store import RunStore
 
 SPARE_STATES = ("warming", "ready")
 # Variables copied from the dispatcher into the worker at assignment: the plugin folder and the
@@ -35,7 +36,7 @@ def register(store: RunStore, parent_pid: int) -> int:
 
 
 def set_process(store: RunStore, worker_id: int, pid: int, pid_start: int | None) -> None:
-    """Record the started worker's pid and start time (`runs.processes.process_start`)."""
+    """Record the started worker's pid and start time (`runs.store.processes.process_start`)."""
     with store._connect() as con:
         con.execute("UPDATE workers SET pid = ?, pid_start = ? WHERE id = ?",
                     (pid, pid_start, worker_id))
@@ -154,7 +155,7 @@ def spares(store: RunStore) -> list[dict[str, Any]]:
 def places(store: RunStore, starting_within_s: float) -> tuple[list[dict[str, Any]], int, int]:
     """(configs of the active runs as JSON dicts, number of queued runs, number of runs still
     `starting` that were created less than `starting_within_s` seconds ago): what the pool
-    sizes its spares against (`runs.admission.warm_spares`)."""
+    sizes its spares against (`runs.store.admission.warm_spares`)."""
     with store._connect() as con:
         active = [json.loads(c) for (c,) in con.execute(
             f"SELECT config FROM runs WHERE status IN {ACTIVE_STATUSES}")]

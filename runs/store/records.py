@@ -1,8 +1,9 @@
 """The record tables of the run store: appended by the run process, read by the pages.
 
-A mixin of `runs.store.RunStore` (which owns the schema, see its module docstring, and the
-connection `_connect`); kept apart so that the run lifecycle and the records each fit in a
-module that can be read in one go.
+`Records` is composed into `runs.store.run_store.RunStore` (its `records`), which owns the
+connection and the schema (`runs.store.schema`); kept apart so that the run lifecycle and the
+records each fit in a module that can be read in one go. Every table's INSERT is built from the
+row types of `engine.record_rows`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import contextlib
 import json
 import sqlite3
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import pandas as pd
 
@@ -24,16 +25,27 @@ from engine.record_rows import (
     ScalarRow,
     SlotStatRow,
 )
+from runs.protocol import IMPORTED, checked_name
+
+Connect = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
 
 
-class RecordTables:
-    """`append` (one transaction per batch) and the DataFrame readers of the record tables."""
+class Records:
+    """`append` (one transaction per batch), `import_run` and the DataFrame readers of the
+    record tables.
 
-    def _connect(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError  # provided by RunStore
+    Args:
+        connect: opens one connection and one transaction (`RunStore._connect`).
+        immediate: opens one `BEGIN IMMEDIATE` transaction (`RunStore.immediate`).
+    """
 
-    def immediate(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
-        raise NotImplementedError  # provided by RunStore
+    # What the store offers under its own name (`RunStore.__getattr__`).
+    PUBLIC = ("append", "import_run", "scalars", "hyper_changes", "slot_stats", "histograms",
+              "last_scalars", "hypergradients", "response_slices", "frame")
+
+    def __init__(self, connect: Connect, immediate: Connect):
+        self._connect = connect
+        self.immediate = immediate
 
     # ----- records (written by the run process) -----------------------------------------------
     def append(
@@ -58,7 +70,7 @@ class RecordTables:
 
         Raises:
             TypeError: a row with the wrong number of fields (names the table).
-            runs.store.StoreUnavailable: the data directory is read-only or the disk is full.
+            runs.store.files.StoreUnavailable: the data directory is read-only or the disk is full.
         """
         now = time.time()
         batches = {"scalars": scalars, "slot_stats": slot_stats, "histograms": histograms,
@@ -85,8 +97,8 @@ class RecordTables:
         Args:
             config: the validated `RunConfig` dict (`RunConfig.to_json_dict()`).
             tables: record table -> rows in the field order of `record_rows.ROW_TYPES`
-                (checked by `runs.bundle_import.read_run_bundle`).
-            name: the run's name (at most `MAX_NAME` characters).
+                (checked by `runs.io.bundle_import.read_run_bundle`).
+            name: the run's name (at most `runs.protocol.MAX_NAME` characters).
             owner: the importing session's owner id (None: no session, e.g. the CLI).
             message: shown with the run (where it came from).
             details: `device`, `versions`, `optimizer_config` of the exported run.
@@ -98,12 +110,10 @@ class RecordTables:
         Raises:
             TypeError: a row with the wrong number of fields (names the table).
             ValueError: a name that is too long.
-            runs.store.StoreUnavailable: the store cannot be written.
+            runs.store.files.StoreUnavailable: the store cannot be written.
             Any error inside the transaction rolls it back: the store is unchanged.
         """
-        from runs.store import IMPORTED, _checked_name
-
-        name = _checked_name(name)
+        name = checked_name(name)
         details = details or {}
         now = time.time()
         step = max((int(row[fields.index("step")]) for table, rows in tables.items()
@@ -127,12 +137,12 @@ class RecordTables:
         return run_id
 
     # ----- reads (pages) --------------------------------------------------------------------
-    def _frame(self, sql: str, params: Sequence[Any]) -> pd.DataFrame:
+    def frame(self, sql: str, params: Sequence[Any]) -> pd.DataFrame:
         """The rows of one query as a DataFrame.
 
         Raises:
-            sqlite3.OperationalError: unwrapped from pandas' `DatabaseError`, so that `_connect`
-                can tell a full or read-only disk (`runs.store.StoreUnavailable`).
+            runs.store.files.StoreUnavailable: a full or read-only disk (the sqlite3 error is
+                unwrapped from pandas' `DatabaseError` so that the connection can tell).
         """
         with self._connect() as con:
             try:
@@ -148,10 +158,10 @@ class RecordTables:
         Kept: steps that are multiples of a width `w` in {1, 2, 5} x 10^k with
         `last / w <= max_points`, steps 0 and 1, and the run's last step (`runs.step`, written
         in the same transaction as the records: the live head of the curves).
-        Because the recorder's strides are powers of 10 (`recorder.stride`), every kept step of
-        a decimated run is one that was recorded. A filter rather than a GROUP BY: it needs no
-        sort of the whole run (a 200,000-step run recorded at every step has 2.4 million slot
-        rows), and the rows are exact recorded values.
+        Because the recording strides are powers of 10 (`engine.recording.stride`), every kept
+        step of a decimated run is one that was recorded. A filter rather than a GROUP BY: it
+        needs no sort of the whole run (a 200,000-step run recorded at every step has 2.4 million
+        slot rows), and the rows are exact recorded values.
         """
         if not max_points:
             return "", []
@@ -179,12 +189,12 @@ class RecordTables:
             where += f" AND name IN ({','.join('?' * len(names))})"
             params += list(names)
         extra, extra_params = self._display_filter(run_id, max_points)
-        return self._frame(f"SELECT step, name, value FROM scalars WHERE {where}{extra}"
+        return self.frame(f"SELECT step, name, value FROM scalars WHERE {where}{extra}"
                            " ORDER BY step", [*params, *extra_params])
 
     def hyper_changes(self, run_id: int) -> pd.DataFrame:
         """`step, name, old, new, source, created` rows of a run, in the order they took effect."""
-        return self._frame(
+        return self.frame(
             "SELECT step, name, old, new, source, created FROM hyper_changes WHERE run_id = ?"
             " ORDER BY step, rowid", (run_id,),
         )
@@ -193,7 +203,7 @@ class RecordTables:
         """`step, variable, slot, norm, mean, std` rows of a run, ordered by step
         (`max_points`: see `scalars`)."""
         extra, params = self._display_filter(run_id, max_points)
-        return self._frame(
+        return self.frame(
             "SELECT step, variable, slot, norm, mean, std FROM slot_stats WHERE run_id = ?"
             f"{extra} ORDER BY step", (run_id, *params),
         )
@@ -203,7 +213,7 @@ class RecordTables:
         """`step, lo, hi, counts` (counts decoded to lists) of one (variable, slot)
         (`max_points`: see `scalars`; histograms are recorded every 20 strides)."""
         extra, params = self._display_filter(run_id, max_points)
-        frame = self._frame(
+        frame = self.frame(
             "SELECT step, lo, hi, counts FROM histograms WHERE run_id = ? AND variable = ?"
             f" AND slot = ?{extra} ORDER BY step", (run_id, variable, slot, *params),
         )
@@ -213,7 +223,7 @@ class RecordTables:
     def last_scalars(self, names: Sequence[str] = ("val_loss", "val_accuracy")) -> pd.DataFrame:
         """`run_id, name, step, value` of every run's last recorded value of each scalar."""
         marks = ",".join("?" * len(names))
-        return self._frame(
+        return self.frame(
             "SELECT s.run_id, s.name, s.step, s.value FROM scalars s JOIN ("
             f" SELECT run_id, name, MAX(step) AS step FROM scalars WHERE name IN ({marks})"
             " GROUP BY run_id, name) m ON s.run_id = m.run_id AND s.name = m.name"
@@ -222,8 +232,8 @@ class RecordTables:
 
     def hypergradients(self, run_id: int) -> pd.DataFrame:
         """`step, name, exact, one_step, reverse, val_loss` rows of a run, by step then name
-        (`RunStore.__init__` creates the table in any store file it opens)."""
-        return self._frame(
+        (`RunStore.__init__` creates the table in any store file it opens, `runs.store.schema`)."""
+        return self.frame(
             "SELECT step, name, exact, one_step, reverse, val_loss FROM hypergradients"
             " WHERE run_id = ? ORDER BY step, rowid", (run_id,),
         )
@@ -232,11 +242,11 @@ class RecordTables:
         """`request_id, step, name, value, loss, hypergradient, center` rows of a run (one
         request, or all), ordered by request then value."""
         if request_id is None:
-            return self._frame(
+            return self.frame(
                 "SELECT request_id, step, name, value, loss, hypergradient, center FROM"
                 " response_slices WHERE run_id = ? ORDER BY request_id, value", (run_id,),
             )
-        return self._frame(
+        return self.frame(
             "SELECT request_id, step, name, value, loss, hypergradient, center FROM"
             " response_slices WHERE run_id = ? AND request_id = ? ORDER BY value",
             (run_id, request_id),

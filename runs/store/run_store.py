@@ -9,7 +9,7 @@ Tables (all steps are 1-based optimizer steps, times are Unix seconds):
 * `runs`: one row per run: status, the full config JSON, optimizer config, versions, device,
   the run process's pid and heartbeat, the last step reached, which kind of process trained it
   (`worker`: `warm`/`cold`) and when that process took it (`taken_at`).
-* `workers`: the warm worker processes and the run each was given (`runs.worker_table`).
+* `workers`: the warm worker processes and the run each was given (`runs.service.worker_table`).
 * `scalars(run_id, step, name, value)`: `train_loss`, `val_loss`, `val_accuracy`, ...
 * `hyper_changes(run_id, step, name, old, new, source)`: every hyperparameter value that took
   effect at `step` (`source` = `init`, `user`, `auto-tune`); the trace of a hyperparameter is
@@ -44,45 +44,29 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import pandas as pd
 
-from runs import admission
-from runs.processes import pid_alive, process_start, rss_mb, same_process_alive  # noqa: F401
-from runs.record_tables import RecordTables
-from runs.schema import ADDED_RUN_COLUMNS, JSON_RUN_COLUMNS, SCHEMA  # noqa: F401
-from runs.store_files import (StoreUnavailable, _unavailable, data_dir,  # noqa: F401
-                              default_store_path)
+from runs.protocol import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, checked_name
+from runs.store import admission
+from runs.store.commands import CommandQueue
+from runs.store.files import _unavailable, default_store_path
+from runs.store.processes import pid_alive, rss_mb, same_process_alive
+from runs.store.records import Records
+from runs.store.schema import ADDED_RUN_COLUMNS, JSON_RUN_COLUMNS, SCHEMA
 
-# `queued` waits for a free place in the run pool (runs/control.py `dispatch`); it has no
-# process yet, so it is neither active (no commands but `stop`) nor final.
-QUEUED = "queued"
-ACTIVE_STATUSES = ("starting", "running", "paused")
-LIVE_STATUSES = (QUEUED,) + ACTIVE_STATUSES
-# `imported`: a run read back from an exported zip with its records (`import_run`); nothing
-# trains it, so it is final from the start and no command ever reaches it.
-IMPORTED = "imported"
-FINAL_STATUSES = ("finished", "stopped", "failed", "diverged", "interrupted", IMPORTED)
-COMMAND_KINDS = ("set_hyper", "pause", "resume", "stop", "autotune", "response_slice", "step",
-                 "set_speed")
 # A run process writes a heartbeat at least this often (seconds); a silent active run whose pid
-# is gone or whose heartbeat is older than STALE_AFTER is shown as interrupted - unless its
-# process provably lives (same pid AND same start time, `runs.processes`): then it is STALLED,
-# stays active (keeps its pool place, can be stopped, cannot be deleted) and the pages show
-# "no heartbeat for N s" (`stalled_for`).
+# is gone or whose heartbeat is older than STALE_AFTER is marked interrupted by
+# `mark_interrupted` - unless its process provably lives (same pid AND same start time,
+# `runs.store.processes`): then it is STALLED, stays active (keeps its pool place, can be
+# stopped, cannot be deleted) and the pages show "no heartbeat for N s" (`stalled_for`).
 STALE_AFTER = 60.0
 
-MAX_NAME = 120
-
-
-def _checked_name(name: object) -> str:
-    """A run's display name, stripped; ValueError beyond `MAX_NAME` characters."""
-    name = str(name).strip()
-    if len(name) > MAX_NAME:
-        raise ValueError(f"name refused: {len(name)} characters, at most {MAX_NAME} allowed")
-    return name
-
-
-class RunStore(RecordTables):
+class RunStore:
     """Access to one run-store file. Cheap to create; every call opens its own connection,
     so one instance can be shared by Streamlit's script threads and a run process alike.
+
+    Holds the runs table; the command queue is `queue` (`runs.store.commands.CommandQueue`) and
+    the record tables are `records` (`runs.store.records.Records`), whose public methods are
+    also the store's own (`store.pending(...)` is `store.queue.pending(...)`,
+    `store.scalars(...)` is `store.records.scalars(...)`).
 
     Args:
         path: the SQLite file (created with its schema when missing); default
@@ -106,6 +90,16 @@ class RunStore(RecordTables):
                     except sqlite3.OperationalError as error:  # added meanwhile by another process
                         if "duplicate column" not in str(error):
                             raise
+        self.records = Records(self._connect, self.immediate)
+        self.queue = CommandQueue(self._connect, self.records.frame, self.path)
+
+    def __getattr__(self, name: str) -> Any:
+        # called only for names the class lacks: the public methods of its parts
+        if name in Records.PUBLIC and "records" in self.__dict__:
+            return getattr(self.records, name)
+        if name in CommandQueue.PUBLIC and "queue" in self.__dict__:
+            return getattr(self.queue, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @contextlib.contextmanager
     def immediate(self) -> Iterator[sqlite3.Connection]:
@@ -165,14 +159,14 @@ class RunStore(RecordTables):
         `config` must hold `optimizer`, `dataset`, `model`, `seed`, `steps`; it is stored whole.
         `status` is `starting` (a process is launched for it at once) or `queued` (it waits for
         `claim_queued`). `owner` is the owner id of the session that starts it (None: no
-        session, e.g. the CLI; see `runs.ownership`).
+        session, e.g. the CLI; see `runs.service.ownership`).
 
         Raises:
             ValueError: another `status`, or a `name` longer than `MAX_NAME` characters.
         """
         if status not in ("starting", QUEUED):
             raise ValueError(f"status={status!r} refused: a new run is 'starting' or 'queued'")
-        name = _checked_name(name)
+        name = checked_name(name)
         now = time.time()
         with self._connect() as con:
             cur = con.execute(
@@ -224,13 +218,14 @@ class RunStore(RecordTables):
     def claim_queued(self, pool_size: int, budget_mb: float | None = None) -> list[int]:
         """Move the oldest queued runs to `starting` while fewer than `pool_size` runs are
         active and their memory fits in `budget_mb` (MB, None = no budget; see
-        `runs.admission.admit`); returns the ids claimed (the caller launches their
+        `runs.store.admission.admit`); returns the ids claimed (the caller launches their
         processes). A run held back by the budget gets the reason as its `message`.
 
         One `BEGIN IMMEDIATE` transaction: two processes dispatching at once (a page and a run
         process that just ended) cannot both fill the same free place. Stale active runs are
-        marked interrupted first, so a run killed with SIGKILL frees its place (a stalled run
-        whose process lives keeps it).
+        marked interrupted first (`mark_interrupted`: the dispatcher is where stale runs are
+        found), so a run killed with SIGKILL frees its place (a stalled run whose process lives
+        keeps it).
         """
         self.mark_interrupted()
         with self.immediate() as con:
@@ -283,12 +278,13 @@ class RunStore(RecordTables):
                             [(now, int(run_id)) for run_id in run_ids])
 
     def run(self, run_id: int) -> dict[str, Any]:
-        """One run as a dict, JSON columns decoded, stale active runs marked interrupted.
+        """One run as a dict, JSON columns decoded. A read only: a run whose process died
+        reads as active until `mark_interrupted` runs (the dispatcher, the pages' heartbeat
+        and the service's commands call it).
 
         Raises:
             KeyError: no run with this id.
         """
-        self.mark_interrupted()
         with self._connect() as con:
             con.row_factory = sqlite3.Row
             row = con.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
@@ -300,8 +296,7 @@ class RunStore(RecordTables):
         return out
 
     def runs(self) -> pd.DataFrame:
-        """Every run (newest first) without its JSON columns decoded; stale runs marked first."""
-        self.mark_interrupted()
+        """Every run (newest first) without its JSON columns decoded (a read only, see `run`)."""
         with self._connect() as con:
             return pd.read_sql_query(
                 "SELECT id, name, created, updated, status, message, optimizer, dataset, model,"
@@ -310,10 +305,12 @@ class RunStore(RecordTables):
             )
 
     def mark_interrupted(self, now: float | None = None) -> list[int]:
-        """Mark active runs whose process is gone (or silent for `STALE_AFTER` s) interrupted.
+        """Mark active runs whose process is gone (or silent for `STALE_AFTER` s) interrupted:
+        the explicit stale-detection step, called by the dispatcher (`claim_queued`), the pages'
+        heartbeat and the service before it acts on a run (`runs.service.control`).
 
         A silent run whose process provably lives (same pid and start time, see
-        `runs.processes.same_process_alive`) is stalled, not dead: it stays active.
+        `runs.store.processes.same_process_alive`) is stalled, not dead: it stays active.
 
         Returns:
             The ids of the runs newly marked.
@@ -362,7 +359,7 @@ class RunStore(RecordTables):
 
     def events(self, run_id: int) -> pd.DataFrame:
         """The run's events: `id, created, kind, actor, detail`, oldest first."""
-        return self._frame("SELECT id, created, kind, actor, detail FROM run_events"
+        return self.records.frame("SELECT id, created, kind, actor, detail FROM run_events"
                            " WHERE run_id = ? ORDER BY id", (run_id,))
 
     def delete_run(self, run_id: int) -> None:
@@ -373,78 +370,14 @@ class RunStore(RecordTables):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
-    # ----- commands ------------------------------------------------------------------------
-    def send_command(self, run_id: int, kind: str, payload: dict[str, Any] | None = None) -> int:
-        """Queue a command for a run process; returns the command id.
-
-        Raises:
-            ValueError: `kind` is not one of `COMMAND_KINDS`.
-        """
-        if kind not in COMMAND_KINDS:
-            raise ValueError(f"command kind={kind!r} refused: must be one of {COMMAND_KINDS}")
+    def take_owner(self, run_id: int, owner: str, previous: str | None) -> bool:
+        """Make `owner` the run's owner (and mark its session seen now) if its owner is still
+        `previous`: one UPDATE, so of two sessions taking a run over, one wins. True when this
+        call changed it."""
         with self._connect() as con:
-            cur = con.execute(
-                "INSERT INTO commands (run_id, created, kind, payload) VALUES (?,?,?,?)",
-                (run_id, time.time(), kind, json.dumps(payload or {})),
-            )
-            return int(cur.lastrowid)
-
-    def send_command_once(self, run_id: int, kind: str,
-                          payload: dict[str, Any] | None = None) -> tuple[int, bool]:
-        """Queue a command unless an identical one (same kind and payload) is still pending:
-        one atomic INSERT ... WHERE NOT EXISTS, so two clicks racing cannot both queue it.
-
-        Returns:
-            (command id, True when this call queued it; False: the pending twin's id).
-
-        Raises:
-            ValueError: `kind` is not one of `COMMAND_KINDS`.
-        """
-        if kind not in COMMAND_KINDS:
-            raise ValueError(f"command kind={kind!r} refused: must be one of {COMMAND_KINDS}")
-        text = json.dumps(payload or {})
-        with self._connect() as con:
-            cur = con.execute(
-                "INSERT INTO commands (run_id, created, kind, payload) SELECT ?,?,?,? WHERE NOT "
-                "EXISTS (SELECT 1 FROM commands WHERE run_id = ? AND kind = ? AND payload = ? "
-                "AND status = 'pending')", (run_id, time.time(), kind, text, run_id, kind, text))
-            if cur.rowcount == 1:
-                return int(cur.lastrowid), True
-            row = con.execute("SELECT id FROM commands WHERE run_id = ? AND kind = ? AND "
-                              "payload = ? AND status = 'pending' ORDER BY id LIMIT 1",
-                              (run_id, kind, text)).fetchone()
-        return int(row[0]), False
-
-    def pending_commands(self, run_id: int) -> list[dict[str, Any]]:
-        """The run's pending commands, oldest first, as dicts with decoded `payload`."""
-        with self._connect() as con:
-            rows = con.execute(
-                "SELECT id, kind, payload FROM commands WHERE run_id = ? AND status = 'pending'"
-                " ORDER BY id", (run_id,),
-            ).fetchall()
-        return [{"id": i, "kind": k, "payload": json.loads(p)} for i, k, p in rows]
-
-    def finish_command(self, command_id: int, status: str, message: str = "", step: int | None = None) -> None:
-        """Mark a command `done` or `refused` (with the reason) at the step it took effect."""
-        with self._connect() as con:
-            con.execute(
-                "UPDATE commands SET status = ?, message = ?, step = ? WHERE id = ?",
-                (status, message, step, command_id),
-            )
-
-    def command_status(self, command_id: int) -> str | None:
-        """`pending`, `done` or `refused`; None for an unknown command id."""
-        with self._connect() as con:
-            row = con.execute("SELECT status FROM commands WHERE id = ?",
-                              (command_id,)).fetchone()
-        return row[0] if row else None
-
-    def commands(self, run_id: int) -> pd.DataFrame:
-        """Every command of a run: `id, created, kind, payload, status, message, step`."""
-        return self._frame(
-            "SELECT id, created, kind, payload, status, message, step FROM commands"
-            " WHERE run_id = ? ORDER BY id", (run_id,),
-        )
+            return con.execute(
+                "UPDATE runs SET owner = ?, viewer_heartbeat = ? WHERE id = ? AND owner IS ?",
+                (owner, time.time(), run_id, previous)).rowcount == 1
 
     def size_bytes(self) -> int:
         """Size of the database file plus its WAL, in bytes."""
@@ -460,7 +393,7 @@ class RunStore(RecordTables):
             KeyError: no run with this id.
             ValueError: `name` longer than 120 characters.
         """
-        name = _checked_name(name)
+        name = checked_name(name)
         with self._connect() as con:
             cur = con.execute(
                 "UPDATE runs SET name = ?, updated = ? WHERE id = ?", (name, time.time(), run_id)

@@ -2,7 +2,7 @@
 TensorFlow; pure functions, used by `RunStore.claim_queued`).
 
 Every run is a TensorFlow process. Resident sizes measured on the 2-core test machine
-(TF 2.21, `ps -o rss`, issue 16): a plain run 0.95-1.08 GB, one following 4 hyper-gradients
+(TF 2.21, `ps -o rss`): a plain run 0.95-1.08 GB, one following 4 hyper-gradients
 1.29 GB, one with `reverse_horizon=200` 2.61 GB; measured again here (VmRSS, digits/mlp, Adam,
 after 300+ steps): plain 962 MB, 4 hyper-gradients 1042 MB, one hyper-gradient with
 `reverse_horizon=200` 2480 MB. The estimate below stays at or above these:
@@ -81,7 +81,7 @@ def admit(queued: Sequence[tuple[int, float]], active_mb: Sequence[float], pool_
         (ids admitted, {id: why it waits} for the first run that does not fit). Order is kept:
         a large run at the head is not overtaken by smaller ones (it would starve). A run that
         alone exceeds the budget starts when nothing else is active (else it would wait
-        forever; `runs.control.start_run` refuses such runs up front).
+        forever; `runs.service.control.start_run` refuses such runs up front).
     """
     used, count = float(sum(active_mb)) + ending_mb, len(active_mb)
     admitted: list[int] = []

@@ -1,0 +1,49 @@
+"""The record tables of the store are declared by their row types (`engine.record_rows`): the
+`CREATE TABLE` of each (`runs.store.schema.record_table_sql`) has exactly the columns
+`record_rows.insert_sql` writes, in order, with the types and constraints of the store files
+written so far."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from engine import record_rows
+from runs.store.schema import SCHEMA, record_table_sql
+
+# (name, type, not null, default) of every record table's columns in the store files so far
+EXPECTED = {
+    "scalars": [("run_id", "INTEGER", 1, None), ("step", "INTEGER", 1, None),
+                ("name", "TEXT", 1, None), ("value", "REAL", 0, None)],
+    "hyper_changes": [("run_id", "INTEGER", 1, None), ("step", "INTEGER", 1, None),
+                      ("name", "TEXT", 1, None), ("old", "REAL", 0, None),
+                      ("new", "REAL", 1, None), ("source", "TEXT", 1, None),
+                      ("created", "REAL", 1, None)],
+    "slot_stats": [("run_id", "INTEGER", 1, None), ("step", "INTEGER", 1, None),
+                   ("variable", "TEXT", 1, None), ("slot", "TEXT", 1, None),
+                   ("norm", "REAL", 0, None), ("mean", "REAL", 0, None),
+                   ("std", "REAL", 0, None)],
+    "histograms": [("run_id", "INTEGER", 1, None), ("step", "INTEGER", 1, None),
+                   ("variable", "TEXT", 1, None), ("slot", "TEXT", 1, None),
+                   ("lo", "REAL", 0, None), ("hi", "REAL", 0, None),
+                   ("counts", "TEXT", 1, None)],
+    "hypergradients": [("run_id", "INTEGER", 1, None), ("step", "INTEGER", 1, None),
+                       ("name", "TEXT", 1, None), ("exact", "REAL", 0, None),
+                       ("one_step", "REAL", 0, None), ("reverse", "REAL", 0, None),
+                       ("val_loss", "REAL", 0, None)],
+    "response_slices": [("run_id", "INTEGER", 1, None), ("request_id", "INTEGER", 1, None),
+                        ("step", "INTEGER", 1, None), ("name", "TEXT", 1, None),
+                        ("value", "REAL", 1, None), ("loss", "REAL", 0, None),
+                        ("hypergradient", "REAL", 0, None), ("center", "INTEGER", 1, "0")],
+}
+
+
+def test_record_tables_are_derived_from_the_row_types():
+    con = sqlite3.connect(":memory:")
+    con.executescript(SCHEMA)
+    assert set(EXPECTED) == set(record_rows.ROW_TYPES)
+    for table, columns in EXPECTED.items():
+        found = [tuple(row[1:5]) for row in con.execute(f"PRAGMA table_info({table})")]
+        assert found == columns, table
+        inserted = record_rows.insert_sql(table).split("(")[1].split(")")[0].split(", ")
+        assert inserted == [name for name, *_ in columns], table
+        assert record_table_sql(table) in SCHEMA
