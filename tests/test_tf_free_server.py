@@ -188,8 +188,8 @@ def test_train_renders_without_tensorflow(tmp_path):
 def test_start_and_every_command_from_the_train_page_load_no_tensorflow(tmp_path):
     """The server's side of a run: Start on the Train page (a run process is not started here:
     `_launch` is a stand-in), then a live change, speed, pause, step, resume, the hyper-gradient
-    commands and stop as the pages send them. Until stop 24 `runs.commands` imported
-    `engine.recording` at module level, so the first Start put TensorFlow in the server
+    commands and stop as the pages send them. A payload module that imported
+    `engine.recording` at module level would put TensorFlow in the server on the first Start
     (4-5 s quiet, ~15 s beside a warm-up on 2 cores, ~750 MB)."""
     result = probe("""
         from runs.service import control, pool
