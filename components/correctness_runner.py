@@ -11,7 +11,8 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import streamlit as st
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import math
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 import pandas as pd

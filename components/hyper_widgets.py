@@ -26,7 +26,8 @@ value itself, whatever the timing.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
+from collections.abc import Callable, Iterable, Mapping
 
 import streamlit as st
 

@@ -8,7 +8,8 @@ value, loss, hypergradient, center`) and the run's `hypergradient_meta` dict.
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable, Mapping
+from typing import Any
+from collections.abc import Hashable, Mapping
 
 import numpy as np
 import pandas as pd

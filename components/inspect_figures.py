@@ -4,7 +4,7 @@ Streamlit server imports this module."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 import json
 

@@ -6,7 +6,7 @@ Grids: columns x, y, z, level (`teaching.landscape.grid`), row-major with x vary
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 import pandas as pd

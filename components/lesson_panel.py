@@ -13,7 +13,8 @@ page's own content). When the URL carries `?lesson=<key>`
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import streamlit as st
 

@@ -8,7 +8,8 @@ becomes a plain Markdown link to the same URL.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 from urllib.parse import urlencode
 
 import streamlit as st

@@ -8,7 +8,8 @@ the fragment (run selector labels, buttons that only an active run offers) leave
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import streamlit as st
 

@@ -8,7 +8,8 @@ compared so zoom survives reruns). Each run keeps one colour in every chart (`ru
 from __future__ import annotations
 
 import json
-from typing import Any, Hashable, Mapping, Sequence
+from typing import Any
+from collections.abc import Hashable, Mapping, Sequence
 
 import pandas as pd
 import plotly.graph_objects as go

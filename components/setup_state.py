@@ -14,7 +14,8 @@ followed-names (`hg_names_...`) keys, the schedule picker and its per-class para
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 from urllib.parse import urlencode
 
 import streamlit as st

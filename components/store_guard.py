@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, Iterator, TypeVar
+from typing import TypeVar
+from collections.abc import Callable, Iterator
 
 import streamlit as st
 

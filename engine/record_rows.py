@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, NamedTuple
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 

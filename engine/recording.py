@@ -40,7 +40,8 @@ from __future__ import annotations
 
 
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf

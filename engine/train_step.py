@@ -29,7 +29,8 @@ The training and validation sets live on the device as constants; a step gathers
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf

@@ -15,7 +15,7 @@ the update rule alone (state and gradient fixed): element-wise and cheap.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 import tf_keras

@@ -10,7 +10,7 @@ GlobalAveragePooling1D, Activation, Dropout (identity: the lab never trains with
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import tensorflow as tf
 import tf_keras

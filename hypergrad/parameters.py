@@ -22,7 +22,8 @@ parameter (follow `lr_schedule.initial_learning_rate` instead).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 import tensorflow as tf

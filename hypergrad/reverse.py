@@ -33,7 +33,8 @@ dense semantics of `RuleOptimizer._resource_apply_dense`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf

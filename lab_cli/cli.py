@@ -44,7 +44,8 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from settings.cli_flags import (COMMAND_LINE, FlagError, add_run_flags, flag, hyper_specs,
                                 option_types, values_from_args)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
+from collections.abc import Mapping
 
 import tensorflow as tf
 import tf_keras

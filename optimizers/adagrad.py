@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Mapping
 
 import tensorflow as tf
 import tf_keras
 
 from optimizers.base import RuleOptimizer
-from optimizers.hyperparams import EPSILON, LEARNING_RATE
 from optimizers.rules import keras_epsilon, safe_sqrt
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 

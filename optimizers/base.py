@@ -46,7 +46,8 @@ scales the learning rate by 1 / (1 + decay * iterations) in `_decayed_lr`; `clip
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, NamedTuple
+from typing import Any, ClassVar, NamedTuple
+from collections.abc import Mapping
 
 import numpy as np
 import tensorflow as tf

@@ -24,7 +24,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from optimizers.hyperparams import (BETA_1, BETA_2, EPSILON, LEARNING_RATE, MOMENTUM,
                                     HyperSpec, InvalidHyperparameter)
@@ -248,7 +249,7 @@ class CatalogEntry:
         return data
 
     @classmethod
-    def from_data(cls, data: Mapping[str, Any]) -> "CatalogEntry":
+    def from_data(cls, data: Mapping[str, Any]) -> CatalogEntry:
         """The entry `to_data` wrote.
 
         Raises:

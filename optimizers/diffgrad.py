@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
+from collections.abc import Mapping
 
 import tensorflow as tf
 import tf_keras
 
 from optimizers.adam import adam_coefficients, adam_moments
 from optimizers.base import RuleOptimizer
-from optimizers.hyperparams import BETA_1, BETA_2, EPSILON, LEARNING_RATE
 from optimizers.rules import safe_sqrt
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 

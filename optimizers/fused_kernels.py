@@ -30,7 +30,7 @@ XLA_KERNELS = frozenset({"ResourceApplyAdam", "ResourceApplyKerasMomentum",
 XLA_KERNEL_DTYPES = frozenset({tf.float16, tf.bfloat16, tf.float32, tf.float64})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_dtypes(op_name: str) -> dict[str, frozenset[str]]:
     """{device type ("CPU", "GPU"): dtype names} for which TensorFlow registers kernel `op_name`
     (read from TensorFlow's kernel registry; empty when the op is unknown)."""
@@ -79,7 +79,7 @@ def defining_class(cls: type, name: str) -> type:
     return next(c for c in cls.__mro__ if name in vars(c))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernel_computes_the_rule(cls: type) -> bool:
     """True when the kernel `cls.fused_kernel` names computes `cls`'s own rule: `fused_kernel`
     is defined by the class that defines each of `RULE_METHODS`, or by a subclass of it.

@@ -33,7 +33,8 @@ run worker can call `hyper_kinds_table` as is, and the Inside one step page show
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import tensorflow as tf

@@ -23,7 +23,8 @@ from __future__ import annotations
 import inspect
 import math
 import numbers
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import tensorflow as tf
 import tf_keras

@@ -42,7 +42,8 @@ import sys
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 from optimizers import contract, plugin_process, registry
 from optimizers.catalog import PLUGIN_PREFIX, CatalogEntry
@@ -87,7 +88,7 @@ class PluginReport:
     classes: list[ClassReport] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "PluginReport":
+    def from_dict(cls, data: dict) -> PluginReport:
         """The report `dataclasses.asdict` made of one (as the check process prints it)."""
         classes = [ClassReport(**{**c, "checks": [contract.CheckResult(**x) for x in c["checks"]]})
                    for c in data.get("classes", [])]

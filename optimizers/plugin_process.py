@@ -33,7 +33,8 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Mapping, Sequence
+from typing import IO
+from collections.abc import Mapping, Sequence
 
 # This module imports nothing of the lab (and no TensorFlow): `optimizers.plugin_discovery` imports it.
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import importlib
 import inspect
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
+from collections.abc import Callable, Iterator, Mapping
 
 from optimizers.catalog import (BUILTINS, PLUGIN_PREFIX, WRAPPER_NAMES, CatalogEntry,
                                 WrapperRule, check_inner)

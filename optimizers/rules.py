@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import tensorflow as tf
 

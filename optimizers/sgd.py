@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, NamedTuple
+from typing import NamedTuple
+from collections.abc import Mapping
 
 import tensorflow as tf
 import tf_keras
 
 from optimizers.base import RuleOptimizer
 from optimizers.momentum_regime import MomentumRegime
-from optimizers.hyperparams import LEARNING_RATE, MOMENTUM
+from optimizers.hyperparams import LEARNING_RATE
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 
 SGD_LEARNING_RATE = dataclasses.replace(LEARNING_RATE, default=0.01)

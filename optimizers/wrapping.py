@@ -18,7 +18,8 @@ Nothing named in a config is imported.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
+from collections.abc import Mapping
 
 import tf_keras
 

@@ -16,7 +16,8 @@ The hyper-gradient engine differentiates the very same two functions.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Mapping
 
 import tensorflow as tf
 import tf_keras

@@ -18,7 +18,8 @@ The restart index and staircase floors are piecewise constant: their derivative 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import tensorflow as tf
 

@@ -3,7 +3,8 @@ live change of them is an assignment (no retrace)."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 import tensorflow as tf

@@ -10,7 +10,8 @@ TensorFlow-free (the server draws these); the formulas are the tf_keras schedule
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 

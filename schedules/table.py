@@ -17,7 +17,8 @@ import math
 import numbers
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 
 KERAS_DOC = "https://www.tensorflow.org/api_docs/python/tf/keras/optimizers/schedules/"

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Iterable, Mapping
+from typing import Annotated, Any
+from collections.abc import Callable, Iterable, Mapping
 
 import pydantic
 from pydantic import BeforeValidator, ConfigDict, Field

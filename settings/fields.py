@@ -12,7 +12,8 @@ the command-line flags from the same functions. Pure: no Streamlit, no TensorFlo
 from __future__ import annotations
 
 import typing
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
+from collections.abc import Mapping
 
 from optimizers import registry
 from schedules.table import SCHEDULE_SPECS, param_text, parse_param_text, params

@@ -163,7 +163,7 @@ class RunConfig(BaseModel):
         return validate_schedule("lr_schedule", value)
 
     @model_validator(mode="after")
-    def _check_optimizer_and_model(self) -> "RunConfig":
+    def _check_optimizer_and_model(self) -> RunConfig:
         try:
             self.options = registry.validate_options(self.optimizer, dict(self.options))
             self.hyperparameters = registry.validate_hypers(

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from optimizers import registry
 from settings import fields

@@ -13,7 +13,8 @@ Pure data: no TensorFlow, no Streamlit.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 # Pages a lesson can open: name -> the page's URL path (`app.py` routes `/<path>`).
 PAGE_URLS = {"train": "train", "hypergrad": "hypergrad", "inside_step": "inside_step",

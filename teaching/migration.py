@@ -10,7 +10,8 @@ Imports Keras 3 (`keras`) beside `tf_keras`: only the page and the tests import 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import keras
 import numpy as np

@@ -10,7 +10,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 HEALTH_TIMEOUT_S = 90.0

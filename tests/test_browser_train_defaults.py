@@ -37,7 +37,7 @@ def test_six_sessions_opened_at_once_show_the_defaults(tmp_path):
                 page.set_default_timeout(180_000)
                 page.goto(f"{url}/train", wait_until="commit")
                 pages.append(page)
-            for number, page in enumerate(pages, start=1):
+            for page in pages:
                 page.get_by_role("button", name="Start", exact=True).wait_for()
                 idle(page)
             for page in pages:  # after the background checks' rerun (plugins, devices)

@@ -44,7 +44,7 @@ def test_adagrad_accumulator_at_1e37_is_recorded():
     hists = recording.packed_histograms([var], opt, before).numpy()
     series = recording.slot_series([var], opt)
     assert np.isfinite(hists).all()
-    for (variable, slot), row in zip(series, hists):
+    for (_, slot), row in zip(series, hists):
         assert row[2:].sum() == 12, (slot, row)
     accumulator = [row for (_, slot), row in zip(series, hists) if slot != "update"][0]
     assert accumulator[0] == accumulator[1] == np.float32(1e37)

@@ -264,7 +264,7 @@ def test_cost_metrics_and_slice_values():
     assert metrics == {"plain step": "1.50 ms", "step with hyper-gradients": "3.00 ms",
                        "cost ratio": "2.00×", "tangent memory": "2.50 MB",
                        "reverse window": "10.00 MB"}
-    assert dict((l, v) for l, v, _ in hf.cost_metrics({}))["reverse window"] == "off"
+    assert dict((label, v) for label, v, _ in hf.cost_metrics({}))["reverse window"] == "off"
     from optimizers import registry
     from hypergrad.stepper import slice_values
 

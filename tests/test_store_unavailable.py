@@ -10,7 +10,6 @@ they are skipped where mounting is not allowed. One case simulates the error by 
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import time

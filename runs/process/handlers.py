@@ -42,7 +42,7 @@ def _message(error: BaseException) -> str:
     return str(error.args[0]) if isinstance(error, KeyError) and error.args else str(error)
 
 
-def _set_hyper(run: "RunLoop", command_id: int, payload: SetHyper) -> None:
+def _set_hyper(run: RunLoop, command_id: int, payload: SetHyper) -> None:
     from optimizers.base import trace_signature  # TensorFlow: this is the run process
 
     if payload.name in SCHEDULE_NAMES:
@@ -77,7 +77,7 @@ def _set_hyper(run: "RunLoop", command_id: int, payload: SetHyper) -> None:
     run.save_optimizer()
 
 
-def _set_schedule(run: "RunLoop", payload: SetHyper) -> None:
+def _set_schedule(run: RunLoop, payload: SetHyper) -> None:
     """`set_hyper` of `lr_schedule` or `decay` (see the module docstring); the value was
     checked by `runs.protocol.parse`."""
     from engine import recording  # TensorFlow: this is the run process
@@ -120,14 +120,14 @@ def _set_schedule(run: "RunLoop", payload: SetHyper) -> None:
     run.save_optimizer()
 
 
-def _hyper_stepper(run: "RunLoop", kind: str):
+def _hyper_stepper(run: RunLoop, kind: str):
     if run.hyper is None:
         raise Refused(f"{kind} refused: this run does not follow hyper-gradients "
                       "(config.hypergradients is empty)")
     return run.hyper
 
 
-def _autotune(run: "RunLoop", command_id: int, payload: Autotune) -> None:
+def _autotune(run: RunLoop, command_id: int, payload: Autotune) -> None:
     hyper = _hyper_stepper(run, "autotune")
     try:
         hyper.set_autotune(payload.name, payload.hyper_learning_rate)
@@ -136,7 +136,7 @@ def _autotune(run: "RunLoop", command_id: int, payload: Autotune) -> None:
     run.save_meta()
 
 
-def _response_slice(run: "RunLoop", command_id: int, payload: ResponseSlice) -> None:
+def _response_slice(run: RunLoop, command_id: int, payload: ResponseSlice) -> None:
     hyper = _hyper_stepper(run, "response_slice")
     try:
         rows = hyper.response_slice(
@@ -149,33 +149,33 @@ def _response_slice(run: "RunLoop", command_id: int, payload: ResponseSlice) -> 
     run.flush(wait=True)  # the rows are readable once the command reads `done`
 
 
-def _pause(run: "RunLoop", command_id: int, payload: NoPayload) -> None:
+def _pause(run: RunLoop, command_id: int, payload: NoPayload) -> None:
     run.paused = True
     run.single_steps = 0
     run.flush(wait=True)
     run.store.set_status(run.run_id, "paused", f"paused before step {run.step + 1}")
 
 
-def _resume(run: "RunLoop", command_id: int, payload: NoPayload) -> None:
+def _resume(run: RunLoop, command_id: int, payload: NoPayload) -> None:
     if run.paused:
         run.paused = False
         run.single_steps = 0
         run.store.set_status(run.run_id, "running")
 
 
-def _stop(run: "RunLoop", command_id: int, payload: NoPayload) -> None:
+def _stop(run: RunLoop, command_id: int, payload: NoPayload) -> None:
     run.stop_requested = True
     run.stop_message = f"stopped by the user after step {run.step}"
 
 
-def _step(run: "RunLoop", command_id: int, payload: NoPayload) -> None:
+def _step(run: RunLoop, command_id: int, payload: NoPayload) -> None:
     if not run.paused:
         raise Refused("step refused: the run is not paused (Pause first; Step trains exactly "
                       "one step of a paused run)")
     run.single_steps += 1
 
 
-def _set_speed(run: "RunLoop", command_id: int, payload: SetSpeed) -> None:
+def _set_speed(run: RunLoop, command_id: int, payload: SetSpeed) -> None:
     run.steps_per_second = payload.steps_per_second
 
 

@@ -33,7 +33,8 @@ import queue
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 import numpy as np
 

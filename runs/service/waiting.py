@@ -5,7 +5,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from runs.service.pool import check_processes
 from runs.protocol import FINAL_STATUSES

@@ -16,7 +16,8 @@ its estimate is charged what it really holds.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 MEMORY_BUDGET_ENV = "OPTIMIZER_LAB_MEMORY_BUDGET_MB"
 BUDGET_SHARE_OF_RAM = 0.75

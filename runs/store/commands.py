@@ -14,7 +14,8 @@ import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import pandas as pd
 

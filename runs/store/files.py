@@ -23,7 +23,7 @@ def data_dir() -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise _unavailable(path / "runs.sqlite", error) or error
+        raise _unavailable(path / "runs.sqlite", error) or error  # noqa: B904 (same error)
     return path
 
 

@@ -12,7 +12,8 @@ import contextlib
 import json
 import sqlite3
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 

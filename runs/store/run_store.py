@@ -40,7 +40,8 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
+from collections.abc import Iterable, Iterator, Sequence
 
 import pandas as pd
 
@@ -78,7 +79,7 @@ class RunStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise _unavailable(self.path, error) or error
+            raise _unavailable(self.path, error) or error  # noqa: B904 (same error)
         with self._connect() as con:
             con.execute("PRAGMA journal_mode=WAL")
             con.executescript(SCHEMA)
@@ -135,7 +136,7 @@ class RunStore:
         try:
             con = sqlite3.connect(self.path, timeout=30.0)
         except sqlite3.OperationalError as error:
-            raise _unavailable(self.path, error) or error
+            raise _unavailable(self.path, error) or error  # noqa: B904 (same error)
         try:
             con.execute("PRAGMA busy_timeout=30000")
             con.execute("PRAGMA synchronous=NORMAL")
