@@ -59,7 +59,7 @@ def _piecewise(c, t):
 
 
 def _polynomial(c, t):
-    steps = float(c["decay_steps"])
+    steps: Any = float(c["decay_steps"])  # an array of per-step cycle lengths when cycling
     if c["cycle"]:
         steps = steps * np.where(t == 0, 1.0, np.ceil(t / steps))
     else:

@@ -345,9 +345,10 @@ def _move_into_place(staged: Path, target: Path, attempts: int = 20) -> None:
         OSError: still not in place after `attempts` tries.
     """
     for _ in range(attempts):
-        old = target.with_name(f".{target.name}-old-{os.getpid()}-{time.monotonic_ns()}")
+        aside = target.with_name(f".{target.name}-old-{os.getpid()}-{time.monotonic_ns()}")
+        old: Path | None = aside
         try:
-            os.rename(target, old)
+            os.rename(target, aside)
         except FileNotFoundError:
             old = None
         try:

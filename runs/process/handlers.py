@@ -109,7 +109,8 @@ def _set_schedule(run: RunLoop, payload: SetHyper) -> None:
     rows = [HyperChangeRow(step, name, before.get(name), value, source)
             for name, value in after.items() if before.get(name) != value]
     if "decay" in changes:
-        rows.append(HyperChangeRow(step, "decay", *changes["decay"], source))
+        old_decay, new_decay = changes["decay"]
+        rows.append(HyperChangeRow(step, "decay", old_decay, new_decay, source))
     if kind == "retrace":
         old, new = changes.get("lr_schedule", ("", ""))
         what = f"{old} -> {new}" if old != new else f"decay {engine.decay:g}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from collections.abc import Mapping
 import time
 from typing import Any
 
@@ -32,7 +33,7 @@ def register(store: RunStore, parent_pid: int) -> int:
     (passed to the worker on its command line)."""
     with store._connect() as con:
         return int(con.execute("INSERT INTO workers (created, parent_pid) VALUES (?, ?)",
-                               (time.time(), int(parent_pid))).lastrowid)
+                               (time.time(), int(parent_pid))).lastrowid or 0)
 
 
 def set_process(store: RunStore, worker_id: int, pid: int, pid_start: int | None) -> None:
@@ -74,8 +75,8 @@ def row(store: RunStore, worker_id: int) -> dict[str, Any]:
 
 def lab_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     """The `OPTIMIZER_LAB_*` variables of `environ` (default this process's)."""
-    environ = os.environ if environ is None else environ
-    return {k: v for k, v in environ.items() if k.startswith(ENV_PREFIX)}
+    source: Mapping[str, str] = os.environ if environ is None else environ
+    return {k: v for k, v in source.items() if k.startswith(ENV_PREFIX)}
 
 
 def assign(store: RunStore, run_id: int) -> tuple[int, int] | None:

@@ -56,7 +56,7 @@ class CommandQueue:
                 "INSERT INTO commands (run_id, created, kind, payload) VALUES (?,?,?,?)",
                 (run_id, time.time(), kind, json.dumps(payload or {})),
             )
-            return int(cur.lastrowid)
+            return int(cur.lastrowid or 0)  # an INSERT always sets it
 
     def send_command_once(self, run_id: int, kind: str,
                           payload: dict[str, Any] | None = None) -> tuple[int, bool]:
@@ -78,7 +78,7 @@ class CommandQueue:
                 "EXISTS (SELECT 1 FROM commands WHERE run_id = ? AND kind = ? AND payload = ? "
                 "AND status = 'pending')", (run_id, time.time(), kind, text, run_id, kind, text))
             if cur.rowcount == 1:
-                return int(cur.lastrowid), True
+                return int(cur.lastrowid or 0), True  # an INSERT always sets it
             row = con.execute("SELECT id FROM commands WHERE run_id = ? AND kind = ? AND "
                               "payload = ? AND status = 'pending' ORDER BY id LIMIT 1",
                               (run_id, kind, text)).fetchone()

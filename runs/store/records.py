@@ -130,7 +130,7 @@ class Records:
                  str(details.get("device", ""))[:64], int(config["steps"]), step,
                  json.dumps(config), json.dumps(details.get("optimizer_config") or {}),
                  json.dumps(details.get("versions") or {}), owner, now))
-            run_id = int(cur.lastrowid)
+            run_id = int(cur.lastrowid or 0)  # an INSERT always sets it
             for table, rows in tables.items():
                 values = record_rows.stored_params(table, run_id, rows, now)
                 if values:
@@ -185,7 +185,8 @@ class Records:
             max_points: about this many steps per scalar at most (see `_display_filter`), for
                 the charts of long runs; None = every row.
         """
-        where, params = "run_id = ?", [run_id]
+        where = "run_id = ?"
+        params: list[Any] = [run_id]
         if names:
             where += f" AND name IN ({','.join('?' * len(names))})"
             params += list(names)

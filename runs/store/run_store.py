@@ -179,7 +179,7 @@ class RunStore:
                     int(config["steps"]), json.dumps(config), owner,
                 ),
             )
-            return int(cur.lastrowid)
+            return int(cur.lastrowid or 0)  # an INSERT always sets it
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         """Set columns of a run (dicts/lists are stored as JSON); also bumps `updated`."""

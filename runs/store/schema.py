@@ -38,7 +38,8 @@ def record_table_sql(table: str) -> str:
     columns = ["run_id INTEGER NOT NULL"]
     for field in row_type._fields:
         annotation = row_type.__annotations__[field]
-        sql_type = _SQL_TYPES[getattr(annotation, "__forward_arg__", annotation)]
+        name = str(getattr(annotation, "__forward_arg__", annotation))  # annotations are text
+        sql_type = _SQL_TYPES[name]
         if (table, field) in _NOT_NULL:
             sql_type += " NOT NULL"
         if (table, field) in _DEFAULTS:
