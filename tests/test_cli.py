@@ -220,3 +220,16 @@ def test_the_command_line_loads_plugins_for_a_plugin_optimizer(tmp_path, monkeyp
     # a built-in name loads nothing (no child process)
     monkeypatch.setattr(plugins, "discover_bounded", lambda *a: pytest.fail("loaded plugins"))
     assert cli.load_plugins_for(["train", "--optimizer", "adam"]) == []
+
+
+def test_the_installed_command_is_the_cli():
+    """`pip install -e .` (as .ci/run does) puts `optimizer-lab` on the PATH: the same parser
+    as `python -m lab_cli`."""
+    import shutil
+
+    command = shutil.which("optimizer-lab")
+    if command is None:
+        pytest.skip("the project is not installed here (pip install -e .)")
+    done = subprocess.run([command, "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == _cli("--help").stdout
