@@ -206,6 +206,10 @@ def test_the_command_line_loads_plugins_for_a_plugin_optimizer(tmp_path, monkeyp
     request.addfinalizer(lambda: registry.restore(state))
     monkeypatch.setenv(plugins.ENV_VAR, str(plugins.DEFAULT_DIR))
     monkeypatch.delenv(plugins.LOADED_ENV_VAR, raising=False)
+    # an earlier test of this process may have imported the plugin files (discovery in-process):
+    # forget them here, so that the check below sees only what load_plugins_for imports
+    for module in [m for m in sys.modules if m.startswith(plugins.MODULE_PREFIX + ".")]:
+        monkeypatch.delitem(sys.modules, module)
     assert "adabelief" not in registry.OPTIMIZERS
     argv = ["train", "--optimizer", "adabelief", "--beta-2", "0.95", "--epsilon", "1e-12",
             "--steps", "5"]
