@@ -72,10 +72,10 @@ def twin_table(steps: int) -> list[str]:
              "|---|---|---|---|---|"]
     factories = [(label, lambda n=name, h=hypers, o=options: registry.create(n, h, o))
                  for label, name, hypers, options in CASES]
-    lion = next((c.cls for c in plugin_migration.plugin_choices() if c.cls.__name__ == "Lion"),
-                None)
-    if lion is not None:
-        factories.append(("lion (plugin)", lambda: lion(learning_rate=0.01)))
+    adabelief = next((c.cls for c in plugin_migration.plugin_choices()
+                      if c.cls.__name__ == "AdaBelief"), None)
+    if adabelief is not None:
+        factories.append(("adabelief (plugin)", lambda: adabelief(learning_rate=0.01)))
     for label, make in factories:
         cells = []
         for dtype in DTYPES:

@@ -26,7 +26,7 @@ exported run zip. The run's exit status is 0 when it finished, 1 otherwise.
 Plugins: `--optimizer NAME` for a name that is not built in loads the plugins folder first
 (`--plugins DIR`, `$OPTIMIZER_LAB_PLUGINS`, default `./plugins`; each file imported in a
 time-limited child process and contract-checked, as the app does, and registered from the
-child's description without being imported here), so `train --optimizer lion` trains the
+child's description without being imported here), so `train --optimizer adabelief` trains the
 example plugin.
 
 No TensorFlow for parsing: the flags, their ranges and every refusal come from the optimizer

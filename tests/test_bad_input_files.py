@@ -82,8 +82,8 @@ CONFIG_CASES = [
     ("1e400 option", '{"optimizer": "adagrad", "options": {"initial_accumulator_value": 1e400}}',
      "options.initial_accumulator_value", ["finite"]),
     # unknown names and fields
-    ("unknown optimizer", {"optimizer": "lion"}, "optimizer", ["'lion' is not a registered",
-                                                               "known: adam, sgd"]),
+    ("unknown optimizer", {"optimizer": "shampoo"}, "optimizer", ["'shampoo' is not a registered",
+                                                                  "known: adam, sgd"]),
     ("unknown dataset", {"dataset": "imagenet"}, "dataset", ["'digits', 'breast_cancer'"]),
     ("unknown model", {"model": "resnet"}, "model", ["'logistic', 'mlp'"]),
     ("unknown dtype", {"dtype": "float16"}, "dtype", ["'float32' or 'float64'"]),

@@ -65,7 +65,7 @@ BAD = [
      "'os.system' is not a registered optimizer"),
     ("module path as optimizer", {"optimizer": "subprocess.Popen"}, "optimizer",
      "nothing named in a config file is imported or evaluated"),
-    ("unknown optimizer", {"optimizer": "lion"}, "optimizer", "known: adam, sgd"),
+    ("unknown optimizer", {"optimizer": "shampoo"}, "optimizer", "known: adam, sgd"),
     ("class mismatch", {**_exported(), "optimizer": {"class_name": "Adam"}},
      "optimizer.class_name", "does not match run_config.optimizer='sgd'"),
     ("exported class is a module", {**_exported(), "optimizer": {"class_name": "builtins.eval"}},

@@ -57,10 +57,11 @@ def test_discovery_finds_the_examples_and_the_template(shipped):
     reports, added = shipped
     assert sorted(reports) == ["bad_optimizer.py", "good_optimizer.py", "template_optimizer.py"]
     assert all(r.error is None for r in reports.values())
-    assert [c.name for c in reports["good_optimizer.py"].classes] == ["Lion"]
+    assert [c.name for c in reports["good_optimizer.py"].classes] == ["AdaBelief"]
     assert [c.name for c in reports["bad_optimizer.py"].classes] == ["BadMomentum"]
     assert [c.name for c in reports["template_optimizer.py"].classes] == ["AccumulatedSGD"]
-    assert sorted(added) == ["accumulated_sgd", "lion"] and added["lion"].__name__ == "Lion"
+    assert sorted(added) == ["accumulated_sgd", "adabelief"]
+    assert added["adabelief"].__name__ == "AdaBelief"
 
 
 @pytest.mark.parametrize("item", list(contract.ITEMS))

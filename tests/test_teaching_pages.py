@@ -135,7 +135,7 @@ def test_plugins_page_reports_the_examples_and_the_template(monkeypatch):
     at = page("plugins")
     titles = [s.value for s in at.subheader]
     assert titles == ["bad_optimizer.py", "good_optimizer.py", "template_optimizer.py"]
-    assert any("registered as 'lion'" in s.value or "already registered" in s.value for s in at.success)
+    assert any("registered as 'adabelief'" in s.value or "already registered" in s.value for s in at.success)
     assert any("not registered: failed" in w.value for w in at.warning)
     text = " ".join(c.value for c in at.caption)
     assert "1/8 items pass" in text and "8/8 items pass" in text

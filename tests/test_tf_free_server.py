@@ -440,34 +440,36 @@ def test_a_plugin_is_registered_from_the_check_process_data_without_tensorflow(t
         from optimizers import plugin_discovery as plugins, registry
         reports = plugins.discover_bounded({str(folder)!r})
         notes = {{c.name: c.note for r in reports for c in r.classes}}
-        specs = [s.name for s in registry.specs("lion")]
-        values = registry.validate_hypers("lion", {{"learning_rate": 3e-4}})
+        specs = [s.name for s in registry.specs("adabelief")]
+        values = registry.validate_hypers("adabelief", {{"learning_rate": 3e-4}})
         imported = sorted(m for m in sys.modules if m.startswith(plugins.MODULE_PREFIX))
-        rule, known = registry.is_rule("lion"), registry.class_names().get("Lion")
+        rule, known = registry.is_rule("adabelief"), registry.class_names().get("AdaBelief")
         report(notes=notes, specs=specs, values=values, imported=imported, rule=rule,
                known=known, names=registry.names())
     """)
     assert_tf_free(result)  # TensorFlow ran in the check process only
     assert result["imported"] == []  # the plugin file was never imported here
-    assert result["notes"]["Lion"] == "registered as 'lion'"
+    assert result["notes"]["AdaBelief"] == "registered as 'adabelief'"
     assert result["notes"]["BadMomentum"].startswith("not registered: failed")
-    assert result["names"][-1] == "lion" and result["rule"] and result["known"] == "lion"
-    assert result["specs"] == ["learning_rate", "beta_1", "beta_2", "weight_decay"]
-    assert result["values"]["learning_rate"] == 3e-4 and result["values"]["beta_2"] == 0.99
+    assert result["names"][-1] == "adabelief" and result["rule"]
+    assert result["known"] == "adabelief"
+    assert result["specs"] == ["learning_rate", "beta_1", "beta_2", "epsilon"]
+    assert result["values"]["learning_rate"] == 3e-4 and result["values"]["beta_2"] == 0.999
+    assert result["values"]["epsilon"] == 1e-8
 
 
 def test_a_plugin_entry_imports_its_class_only_when_built(tmp_path):
     from optimizers import plugin_discovery as plugins
 
     source = ROOT / "plugins" / "good_optimizer.py"
-    entry = CatalogEntry("lion_lazy", plugins.class_path(source, "Lion"), "Lion",
-                         "OptimizerLabPlugins>Lion", (registry.specs("adam")[0],), (), True)
+    entry = CatalogEntry("adabelief_lazy", plugins.class_path(source, "AdaBelief"), "AdaBelief",
+                         "OptimizerLabPlugins>AdaBelief", (registry.specs("adam")[0],), (), True)
     state = registry.snapshot()
     try:
         registry.register_entry(entry)
-        assert registry.class_name("lion_lazy") == "Lion"
-        optimizer = registry.create("lion_lazy", {"learning_rate": 0.01})
-        assert type(optimizer).__name__ == "Lion"
+        assert registry.class_name("adabelief_lazy") == "AdaBelief"
+        optimizer = registry.create("adabelief_lazy", {"learning_rate": 0.01})
+        assert type(optimizer).__name__ == "AdaBelief"
         assert float(optimizer._get_hyper("learning_rate")) == pytest.approx(0.01)
         with pytest.raises(ValueError, match="already registered"):
             registry.register_entry(entry)
