@@ -25,7 +25,7 @@ import tf_keras
 
 from optimizers.catalog import check_inner as check_inner_facts, registry_name
 
-LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
+from tf_keras.optimizers.legacy import Optimizer as LegacyOptimizer
 
 
 class Wrapper:
