@@ -82,6 +82,7 @@ class GradientAccumulation(Wrapper, RuleOptimizer):
     DEFAULT_INNER = Adam
     OPTIONS = catalog.option_names("accumulation")
     SLOTS = AccumulationSlots
+    _initial_decay: float  # the OptimizerV2's initial `decay`, set by its constructor
 
     def __init__(self, inner=None, accumulation_steps=2, name="GradientAccumulation", **kwargs):
         inner = self.checked_inner(inner)

@@ -63,13 +63,13 @@ class _Deferred:
 tf = _Deferred("tensorflow")
 
 
-def _legacy_optimizer() -> type:
+def _legacy_optimizer() -> type[Any]:
     from optimizers.wrapping import LegacyOptimizer
 
     return LegacyOptimizer
 
 
-def _rule_optimizer() -> type:
+def _rule_optimizer() -> type[Any]:
     from optimizers.base import RuleOptimizer
 
     return RuleOptimizer
@@ -89,7 +89,7 @@ class CheckResult:
 
 
 # ----- helpers ---------------------------------------------------------------------------------
-def numeric_arguments(cls: type) -> dict[str, float]:
+def numeric_arguments(cls: type[Any]) -> dict[str, float]:
     """Constructor arguments whose default is a real number (bools excluded), with defaults."""
     out = {}
     for name, param in inspect.signature(cls.__init__).parameters.items():
@@ -127,11 +127,11 @@ def _set(opt: LegacyOptimizer, name: str, value: float) -> None:
         setattr(opt, name, value)
 
 
-def _step_eager(opt: LegacyOptimizer, grad: tf.Tensor, var: tf.Variable) -> None:
+def _step_eager(opt: LegacyOptimizer, grad: Any, var: Any) -> None:  # tf.Tensor, tf.Variable
     opt.apply_gradients([(grad, var)])
 
 
-def _slot_values(opt: LegacyOptimizer, var: tf.Variable) -> dict[str, np.ndarray]:
+def _slot_values(opt: LegacyOptimizer, var: Any) -> dict[str, np.ndarray]:  # var: tf.Variable
     return {n: opt.get_slot(var, n).numpy() for n in opt.get_slot_names()}
 
 
@@ -189,7 +189,7 @@ def check_slots_in_create_slots(cls: type) -> tuple[bool, str]:
     return True, f"_create_slots made {created or 'no slots (stateless rule)'}"
 
 
-def check_config_roundtrip(cls: type) -> tuple[bool, str]:
+def check_config_roundtrip(cls: type[Any]) -> tuple[bool, str]:
     opt = cls()
     config = opt.get_config()
     missing = [n for n in numeric_arguments(cls) if n not in config]  # options included

@@ -98,7 +98,9 @@ def dense_kernel(optimizer: Any, var: tf.Variable) -> str | None:
     `var`, or None when its pure rule runs: `fused` is off, the class's rule is not the one its
     inherited kernel computes (`kernel_computes_the_rule`), `fused_kernel(var)` names none for
     the current configuration, or the kernel does not exist for `var`'s dtype and device."""
-    if not optimizer.fused or not kernel_computes_the_rule(type(optimizer)):
+    # A class is hashable; mypy does not count `type[Any]` as Hashable for `functools.cache`.
+    if not optimizer.fused or not kernel_computes_the_rule(
+            type(optimizer)):  # type: ignore[arg-type]
         return None
     kernel = optimizer.fused_kernel(var)
     if kernel is None or not kernel_runs(kernel, var.dtype.base_dtype, var.device):

@@ -40,8 +40,8 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
-LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
-LearningRateSchedule = tf_keras.optimizers.schedules.LearningRateSchedule
+from tf_keras.optimizers.legacy import Optimizer as LegacyOptimizer
+from tf_keras.optimizers.schedules import LearningRateSchedule
 
 # The kinds a hyperparameter value can have, as `kind_of` names them.
 KINDS = ("float", "tf.Variable", "callable", "LearningRateSchedule", "tensor")

@@ -22,13 +22,14 @@ import math
 import numbers
 import textwrap
 from dataclasses import dataclass
+from typing import Any
 
 # No TensorFlow at import: the specs are read by pages and the CLI that never build an
 # optimizer (optimizers.catalog). `library_check` imports it, and only the classes call it.
 
 
 @functools.cache
-def _tf_types() -> tuple[type, tuple[type, ...]]:
+def _tf_types() -> tuple[Any, tuple[Any, ...]]:
     """(LearningRateSchedule, (tf.Tensor, tf.Variable)), imported on first use."""
     import tensorflow as tf
     import tf_keras

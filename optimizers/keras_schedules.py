@@ -31,11 +31,12 @@ import tf_keras
 
 from optimizers.hyperparams import InvalidHyperparameter
 
+from tf_keras.optimizers.schedules import LearningRateSchedule
+
 _SCHEDULES = tf_keras.optimizers.schedules
-LearningRateSchedule = _SCHEDULES.LearningRateSchedule
 
 # class_name -> class: the only schedule classes a config may name.
-ALLOWED_SCHEDULES: dict[str, type] = {
+ALLOWED_SCHEDULES: dict[str, type[LearningRateSchedule]] = {
     cls.__name__: cls
     for cls in (
         _SCHEDULES.ExponentialDecay,

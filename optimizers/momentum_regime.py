@@ -39,9 +39,11 @@ class MomentumRegime:
     """
 
     momentum_on = False
+    fused: bool  # set by `RuleOptimizer.__init__` (after this mixin in the bases)
 
     def _set_hyper(self, name, value):
-        super()._set_hyper(name, value)  # a refused value raises first: the regime stays
+        # `_set_hyper` is the OptimizerV2's (after this mixin in the bases).
+        super()._set_hyper(name, value)  # type: ignore[misc]  # a refused value raises first
         if name == "momentum":
             self.momentum_on = momentum_regime(value)
 

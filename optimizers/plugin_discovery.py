@@ -43,7 +43,7 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from optimizers import contract, plugin_process, registry
 from optimizers.catalog import PLUGIN_PREFIX, CatalogEntry
@@ -119,7 +119,8 @@ def folder_problem(directory: Path | str) -> str | None:
     return None
 
 
-def plugins_dir(argv: Sequence[str] | None = None, environ: dict | None = None) -> Path:
+def plugins_dir(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None
+                ) -> Path:
     """The plugins folder from `--plugins DIR` in `argv` (default `sys.argv[1:]`), else
     `$OPTIMIZER_LAB_PLUGINS`, else the project's `plugins/`. A `--plugins` without a value is
     ignored (argparse would exit the whole server)."""
@@ -149,10 +150,11 @@ def import_plugin(path: Path) -> tuple[object | None, str | None]:
     name = f"{MODULE_PREFIX}.{path.stem}"
     try:
         spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
+        # A None spec (or loader) fails with AttributeError, reported below as the plugin's error.
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
         sys.modules[name] = module
-        spec.loader.exec_module(module)
-        result = (module, None)
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        result: tuple[object | None, str | None] = (module, None)
     except BaseException as error:  # noqa: BLE001 - SystemExit in a plugin must not stop the app
         if isinstance(error, KeyboardInterrupt):
             raise
@@ -180,7 +182,7 @@ def load_class(path: Path, attribute: str) -> type:
 registry.use_plugin_loader(load_class)
 
 
-def optimizer_classes(module: object) -> list[type]:
+def optimizer_classes(module: Any) -> list[type]:
     """OptimizerV2 subclasses defined in `module` itself (not imported into it)."""
     from optimizers.wrapping import LegacyOptimizer  # TensorFlow: the module is a plugin's
 
@@ -233,7 +235,8 @@ def _register(cls: type, report: ClassReport, path: Path | str | None = None) ->
 def _register_data(report: ClassReport) -> None:
     """Register a class the check process described (`report.catalog`), without importing it."""
     try:
-        found = CatalogEntry.from_data(report.catalog)
+        # Not None: the only caller passes a report whose `catalog is not None`.
+        found = CatalogEntry.from_data(report.catalog)  # type: ignore[arg-type]
     except ValueError as error:  # a child that sent something else than it should
         report.note = f"not registered: {error}"
         return
@@ -252,7 +255,7 @@ def _register_data(report: ClassReport) -> None:
     report.registered, report.note = True, f"registered as {found.name!r}"
 
 
-def describe(cls: type, name: str, path: Path | str) -> CatalogEntry:
+def describe(cls: type[Any], name: str, path: Path | str) -> CatalogEntry:
     """The catalog entry of plugin class `cls` (a `RuleOptimizer`, imported from file `path`):
     its specs as an instance built with default arguments reports them (its `HYPERPARAMETERS`
     when it cannot be built without arguments), its `OPTIONS` with the constructor's defaults,

@@ -145,8 +145,10 @@ def _check_inner(name: str, inner: Any) -> None:
     """
     wrapper = entry(name).wrapper
     inner_entry = entry(inner)
+    # `wrapper` is not None: `validate_options` calls this for a wrapper's `inner` only.
     check_inner(name, repr(inner), itself=inner == name, is_wrapper=inner_entry.wrapper is not None,
-                accepted=inner_entry.is_rule or not wrapper.inner_must_be_rule)
+                accepted=inner_entry.is_rule
+                or not wrapper.inner_must_be_rule)  # type: ignore[union-attr]
 
 
 def validate_options(name: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -308,7 +310,7 @@ def _import_class(found: CatalogEntry) -> type:
     return getattr(importlib.import_module(module_name), attribute)
 
 
-def get(name: str) -> type:
+def get(name: str) -> type[Any]:
     """The class registered as `name` (imported on first use: TensorFlow loads).
 
     Raises:
@@ -454,7 +456,9 @@ def from_config(name: str, config: dict[str, Any]) -> Any:
     named = inner.get("registered_name") or inner.get("class_name") if isinstance(
         inner, dict) else inner
     try:
-        inner_cls = get(named) if named in _ENTRIES else class_named(named)
+        # `named` is None for an entry that names no class; `class_named` looks it up as is.
+        inner_cls = get(named) if named in _ENTRIES else class_named(
+            named)  # type: ignore[arg-type]
     except (KeyError, TypeError):  # the wrapper's `from_config` words the refusal
         return cls.from_config(config, custom_objects={})
     return cls.from_config(config, custom_objects={named: inner_cls})

@@ -37,7 +37,8 @@ def pure_rule_sources(class_path: str) -> dict[str, str]:
             spec = importlib.util.find_spec(module_name)  # imports the parent package only
         except (ImportError, ValueError):
             return {}
-        file_name = spec.origin if spec is not None else None
+        # None: `open` below raises TypeError, which means "no source" like a missing file.
+        file_name = spec.origin if spec is not None else None  # type: ignore[assignment]
     try:
         with open(file_name, encoding="utf-8") as handle:
             text = handle.read()
@@ -46,7 +47,7 @@ def pure_rule_sources(class_path: str) -> dict[str, str]:
         return {}
     lines = text.splitlines(keepends=True)
 
-    def source(node: ast.AST) -> str:  # as inspect.getsource: decorators and indentation kept
+    def source(node: ast.stmt) -> str:  # as inspect.getsource: decorators and indentation kept
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         return "".join(lines[first - 1:node.end_lineno])
 

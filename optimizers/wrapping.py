@@ -19,13 +19,13 @@ Nothing named in a config is imported.
 from __future__ import annotations
 
 from typing import Any, ClassVar
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import tf_keras
 
 from optimizers.catalog import check_inner as check_inner_facts, registry_name
 
-LegacyOptimizer = tf_keras.optimizers.legacy.Optimizer
+from tf_keras.optimizers.legacy import Optimizer as LegacyOptimizer
 
 
 class Wrapper:
@@ -62,7 +62,8 @@ class Wrapper:
         return inner
 
     @classmethod
-    def inner_class(cls, named: Any, custom_objects: Mapping[str, type] | None) -> type:
+    def inner_class(cls, named: Any, custom_objects: Mapping[str, type] | None
+                    ) -> type[LegacyOptimizer]:
         """The class `custom_objects` gives for `named` (the inner optimizer's name in a config:
         a registry name, a Keras registered name or a class name), else the class registered
         with Keras under that name (a custom object scope's, then a globally registered one),
@@ -110,7 +111,7 @@ class Wrapper:
         return registry_name(type(inner))
 
 
-def check_inner(wrapper: type, inner: type, shown: str) -> None:
+def check_inner(wrapper: type[Wrapper], inner: type, shown: str) -> None:
     """Refuse an inner optimizer class that `wrapper` cannot wrap (`catalog.check_inner`, with
     the facts read from the classes).
 
@@ -136,13 +137,18 @@ class OwnWeightsWrapper:
     is the inner optimizer's; creating their weights creates the inner's too (before a trace).
     Put it first in the bases, before `Wrapper, DeclaredSlots, LegacyOptimizer`."""
 
+    # Declared by the classes after this mixin in the bases (`Wrapper`'s subclass, DeclaredSlots).
+    inner: LegacyOptimizer
+    declared_slot_names: Callable[[], tuple[str, ...]]
+
     def get_slot(self, var, slot_name):
         """This wrapper's own slot, else the inner optimizer's slot of that name."""
         if slot_name in self.declared_slot_names():
-            return super().get_slot(var, slot_name)
+            # The OptimizerV2 after this mixin in the bases defines `get_slot`.
+            return super().get_slot(var, slot_name)  # type: ignore[misc]
         return self.inner.get_slot(var, slot_name)
 
     def _create_all_weights(self, var_list):
         """Own hypers and slots, and the inner optimizer's weights."""
-        super()._create_all_weights(var_list)
+        super()._create_all_weights(var_list)  # type: ignore[misc]  # the OptimizerV2's
         self.inner._create_all_weights(var_list)

@@ -55,7 +55,7 @@ class LiveSchedule:
             if self.class_name == "CosineDecayRestarts" and spec.name in ("t_mul", "m_mul"):
                 # Keras's `__call__` reads these two from `_t_mul` / `_m_mul`
                 setattr(self.schedule, "_" + spec.name, var)
-        self.schedule.get_config = self._plain_config  # type: ignore[attr-defined]  # Keras's serializer calls it
+        self.schedule.get_config = self._plain_config  # Keras's serializer calls it
 
     def _plain_config(self) -> dict[str, Any]:
         out = dict(self.config)
