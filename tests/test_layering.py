@@ -107,15 +107,6 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str]:
     return []
 
 
-# Circles known to exist in packages being restructured elsewhere: each entry must still be a
-# circle (the test below fails once it is broken, so the entry is removed, never kept stale).
-KNOWN_CIRCLES = [
-    # runs/record_tables.py imports runs.store inside `import_run` (IMPORTED, _checked_name);
-    # the restructuring of runs/ into subpackages removes it.
-    {"runs.store", "runs.record_tables"},
-]
-
-
 def circles(graph: dict[str, set[str]]) -> list[set[str]]:
     """The modules of each import circle: the strongly connected components with more than one
     module (Tarjan's algorithm)."""
@@ -151,13 +142,9 @@ def circles(graph: dict[str, set[str]]) -> list[set[str]]:
 
 def test_no_module_imports_itself_back():
     graph = module_graph()
-    found = circles(graph)
-    for known in KNOWN_CIRCLES:
-        assert known in found, f"{sorted(known)} is no longer a circle: remove it from KNOWN_CIRCLES"
-    for component in found:
-        if component not in KNOWN_CIRCLES:
-            inside = {m: graph[m] & component for m in component}
-            raise AssertionError("import circle: " + " -> ".join(find_cycle(inside)))
+    for component in circles(graph):
+        inside = {m: graph[m] & component for m in component}
+        raise AssertionError("import circle: " + " -> ".join(find_cycle(inside)))
 
 
 def test_the_cycle_finder_sees_function_level_imports_and_skips_type_checking():
