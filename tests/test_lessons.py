@@ -415,3 +415,19 @@ def test_each_claim_holds_with_the_numbers_the_page_shows(key, claim):
         # (three significant digits for the small ones)
         tolerance = max(0.5 * 10 ** -digits, 5e-3 * abs(value)) if digits else 0.5
         assert abs(float(text) - value) <= tolerance, (key, text, value)
+
+
+def test_the_momentum_lesson_sets_up_the_landscape_page(tmp_path, monkeypatch):
+    """The lesson's Landscape setup goes in before the page's widgets exist: the page opens on
+    the ill-conditioned valley with SGD at the learning rate its claims were measured at."""
+    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+    at = page_test("landscape", default_timeout=180)
+    at.query_params["lesson"] = "momentum"
+    at.run()
+    assert not at.exception, at.exception
+    state = lessons.get("momentum").page_state
+    for key in ("ls_function", "ls_optimizers", "ls_hp_sgd_learning_rate", "ls_hp_sgd_momentum",
+                "ls_x0", "ls_y0"):
+        assert at.session_state[key] == state[key], key
+    shown = " ".join(c.value for c in at.caption)
+    assert "sign changes of the steep coordinate's step" in shown

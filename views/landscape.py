@@ -130,6 +130,7 @@ def page() -> None:
     from teaching import landscape
 
     load_plugins()
+    lesson_panel.load("landscape")  # a lesson's setup goes in before the widgets exist
     init_state()
     state = st.session_state
     names = [n for n in registry.names() if n != "accumulation"]

@@ -30,6 +30,10 @@ def wait_for_command(store: RunStore, command_id: int, timeout_s: float = 30.0) 
             return row
         status = store.run(row["run_id"])["status"]
         if status in FINAL_STATUSES:
+            # a run marks its last command done, then ends: read the command after the end
+            row = store.command(command_id)
+            if row["status"] != "pending":
+                return row
             raise RuntimeError(f"run {row['run_id']} is {status}; command {command_id} pending")
         if time.monotonic() > deadline:
             raise TimeoutError(f"command {command_id} still pending after {timeout_s} s")
