@@ -106,7 +106,8 @@ LESSONS: tuple[Lesson, ...] = (
             "**Runs** page: the same learning rate, a much lower loss.",
             "On the **Landscape** page (*ill_conditioned*, SGD, learning rate 0.018, momentum "
             "0): plain SGD zig-zags across the steep direction and crawls along the shallow one.",
-            "Move momentum to 0.9 beside the plot: the path reaches the minimum in 100 steps.",
+            "Set momentum to 0.9 under *sgd hyperparameters* in the sidebar: the path reaches the "
+            "minimum in 100 steps.",
         ),
         check="In Keras's form `v = momentum * v - lr * g; w = w + v`, how much longer is the "
               "step on a constant gradient once the buffer is full (momentum 0.9)?",
