@@ -1,4 +1,4 @@
-"""Benchmark: a live hyperparameter change -> visible on the Train page (issue 13, item 5).
+"""Benchmark: a live hyperparameter change -> visible on the Train page.
 
 Starts `streamlit run app.py` (from `--root`, default this checkout) with a fresh
 `OPTIMIZER_LAB_HOME`, opens /train in Debian's Chromium (Playwright), starts a long Adam run

@@ -1,4 +1,4 @@
-"""Which default setup keeps optimizers visibly different for minutes (issue 13, item 4)?
+"""Which default setup keeps optimizers visibly different for minutes?
 
 Trains each optimizer (its Train-page defaults) on each candidate setup with the lab's engine
 and prints the validation loss and accuracy at 100 / 1,000 / 3,000 / `--steps` steps, and per

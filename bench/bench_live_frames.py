@@ -1,4 +1,4 @@
-"""Blank chart frames of a running Train page in headless Chromium (issue 13, item 3).
+"""Blank chart frames of a running Train page in headless Chromium.
 
 Starts `streamlit run app.py` (from `--root`, default this checkout) on a free port with a fresh
 `OPTIMIZER_LAB_HOME`, opens /train in Debian's Chromium (Playwright), starts a 100,000-step run
