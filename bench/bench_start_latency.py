@@ -1,4 +1,4 @@
-"""Benchmark: Start -> first step recorded, cold run process vs warm worker (issue 13).
+"""Benchmark: Start -> first step recorded, cold run process vs warm worker.
 
     PYTHONPATH=. python bench/bench_start_latency.py [--rounds 5] [--model mlp]
         [--compilers graph,xla] [--kinds cold,warm]
