@@ -210,7 +210,7 @@ def cost_metrics(meta: Mapping[str, Any]) -> list[tuple[str, str, str]]:
         ("step with hyper-gradients", ms(meta.get("hyper_step_ms")),
          "forward-mode step (new state + tangents), median of recent steps"),
         ("cost ratio", "–" if ratio is None else f"{ratio:.2f}×",
-         "hyper step / plain step (issue target: ≤ 2× for one followed hyperparameter)"),
+         "hyper step / plain step (the lab's target: ≤ 2× for one followed hyperparameter)"),
         ("tangent memory", f"{(meta.get('tangent_bytes') or 0) / 1e6:.2f} MB",
          "exact tangents k × (weights + slots) plus one-step tangents k × weights"),
         ("reverse window", "off" if not horizon else f"{(window or 0) / 1e6:.2f} MB",

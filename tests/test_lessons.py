@@ -45,10 +45,15 @@ def test_table_is_well_formed():
         lessons.get("nope")
 
 
-def test_set_hyper_answer():
+def closure_and_set_hyper_rows() -> tuple:
+    """The demo's rows for a closure over a plain attribute and for `_set_hyper`."""
     table = demos.attribute_vs_set_hyper()
-    closure = table[table["how"].str.contains("closure")].iloc[0]
-    hyper = table[table["how"].str.startswith("_set_hyper")].iloc[0]
+    return (table[table["how"].str.contains("closure")].iloc[0],
+            table[table["how"].str.startswith("_set_hyper")].iloc[0])
+
+
+def test_set_hyper_answer():
+    closure, hyper = closure_and_set_hyper_rows()
     assert closure["value_returned_after"] == 0.0
     assert hyper["value_returned_after"] == 5.0 and hyper["traces_after"] == 1
     answer = lessons.get("set_hyper").answer
@@ -101,19 +106,23 @@ def test_momentum_answer():
     assert lessons.get("momentum").answer.startswith("**10x**")
 
 
-def test_diffgrad_answer():
-    """xi = 0.5 where the gradient does not change: the step is half of Adam's."""
+def second_steps_on_a_repeated_gradient() -> dict[str, np.ndarray]:
+    """{"adam", "diffgrad"}: the second step of each on the same gradient twice (float64)."""
     hypers = {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
-    var0 = np.array([1.0, -2.0])
-    grads = [np.array([0.3, -0.1]), np.array([0.3, -0.1])]  # the same gradient twice
     moved = {}
     for name in ("adam", "diffgrad"):
         opt = registry.create(name, hypers)
-        var = tf.Variable(var0, dtype=tf.float64)
-        for g in grads:
+        var = tf.Variable([1.0, -2.0], dtype=tf.float64)
+        for _ in range(2):
             before = var.numpy().copy()
-            opt.apply_gradients([(tf.constant(g, tf.float64), var)])
+            opt.apply_gradients([(tf.constant([0.3, -0.1], tf.float64), var)])
         moved[name] = var.numpy() - before
+    return moved
+
+
+def test_diffgrad_answer():
+    """xi = 0.5 where the gradient does not change: the step is half of Adam's."""
+    moved = second_steps_on_a_repeated_gradient()
     np.testing.assert_allclose(moved["diffgrad"], 0.5 * moved["adam"], rtol=1e-9)
     assert "**[0.5, 1)**" in lessons.get("diffgrad").answer
 
@@ -216,11 +225,16 @@ def test_a_page_without_its_run_offers_the_setup_that_starts_one(tmp_path, monke
     assert any("(train?lesson=hypergradients)" in m.value for m in at.markdown)
 
 
-def test_mixed_precision_answer():
+def overflowing_step_row():
+    """The step row of a mixed_float16 Adam run whose step 2 overflows on purpose."""
     from teaching import mixed_precision as mp
 
     run = mp.train("mixed_float16", "adam", steps=3, overflow_at=(2,))
-    skipped = run.steps[run.steps["step"] == 2].iloc[0]
+    return run.steps[run.steps["step"] == 2].iloc[0]
+
+
+def test_mixed_precision_answer():
+    skipped = overflowing_step_row()
     assert bool(skipped["skipped"]) and skipped["max_weight_change"] == 0.0
     assert (skipped["loss_scale_before"], skipped["loss_scale_after"]) == (32768.0, 16384.0)
     assert "**unchanged**" in lessons.get("mixed_precision").answer
@@ -313,24 +327,14 @@ def _claim_adamw_factor() -> list[float]:
 
 
 def _claim_diffgrad_ratio() -> list[float]:
-    hypers = {"learning_rate": 0.001, "beta_1": 0.9, "beta_2": 0.999, "epsilon": 1e-7}
-    moved = {}
-    for name in ("adam", "diffgrad"):
-        opt = registry.create(name, hypers)
-        var = tf.Variable([1.0, -2.0], dtype=tf.float64)
-        for _ in range(2):  # the same gradient twice
-            before = var.numpy().copy()
-            opt.apply_gradients([(tf.constant([0.3, -0.1], tf.float64), var)])
-        moved[name] = var.numpy() - before
+    moved = second_steps_on_a_repeated_gradient()
     ratio = moved["diffgrad"] / moved["adam"]
     assert np.allclose(ratio, ratio[0], rtol=1e-9)
     return [float(ratio[0])]
 
 
 def _claim_set_hyper_values() -> list[float]:
-    table = demos.attribute_vs_set_hyper()
-    closure = table[table["how"].str.contains("closure")].iloc[0]
-    hyper = table[table["how"].str.startswith("_set_hyper")].iloc[0]
+    closure, hyper = closure_and_set_hyper_rows()
     return [closure["value_returned_after"], hyper["value_returned_after"]]
 
 
@@ -378,10 +382,8 @@ def _claim_keras3_parity() -> list[float]:
 
 
 def _claim_loss_scale_halves() -> list[float]:
-    from teaching import mixed_precision
-
-    run = mixed_precision.train("mixed_float16", "adam", steps=3, overflow_at=(2,))
-    skipped = run.steps[run.steps["skipped"]].iloc[0]
+    skipped = overflowing_step_row()
+    assert bool(skipped["skipped"])
     return [skipped["loss_scale_before"], skipped["loss_scale_after"]]
 
 
