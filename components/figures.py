@@ -178,6 +178,7 @@ def learning_rate_figure(
     planned: tuple[Sequence[int], Sequence[float]] | None = None,
     recorded: pd.DataFrame | None = None, marks: Sequence[tuple[int, str]] = (),
     uirevision: Hashable = "lr", height: int = 240, log_y: bool = False,
+    now_step: int | None = None,
 ) -> go.Figure:
     """The learning rate over a run's steps: the schedule as planned and as the run used it.
 
@@ -188,6 +189,8 @@ def learning_rate_figure(
             `_decayed_lr` returned, recorded by the run) are drawn as markers.
         marks: `(step, label)` regime changes drawn by `schedule_lines`.
         log_y: logarithmic learning-rate axis.
+        now_step: the run's current step, marked "you are here" (a schedule switched on now is
+            read from there on).
     """
     fig = go.Figure()
     if planned is not None and len(planned[0]):
@@ -204,6 +207,10 @@ def learning_rate_figure(
                                  marker={"size": 4, "color": qualitative.Plotly[4]},
                                  hovertemplate="step %{x}: _decayed_lr=%{y:.6g}<extra></extra>"))
     schedule_lines(fig, marks)
+    if now_step is not None:
+        fig.add_vline(x=int(now_step), line={"color": "black", "width": 1},
+                      annotation_text=f"you are here (step {int(now_step):,})",
+                      annotation_position="top left", annotation_font_size=10)
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="learning rate", type="log" if log_y else "linear",
                      exponentformat="e")

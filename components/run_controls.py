@@ -195,7 +195,12 @@ def run_schedule(run: dict[str, Any]) -> tuple[dict[str, Any] | None, float]:
     config (updated after every live change), else from its start config."""
     saved = run.get("optimizer_config") or {}
     rate = saved.get("learning_rate")
-    if isinstance(rate, dict):
+    if isinstance(rate, dict) and rate.get("class_name") == "ScheduleFromStep":
+        # Keras's wrapper of a schedule started mid-run: the lab's form keeps the offset
+        inner = (rate.get("config") or {}).get("schedule") or {}
+        schedule = {"class_name": inner.get("class_name"), "config": inner.get("config", {}),
+                    "start_step": (rate.get("config") or {}).get("start_step", 0)}
+    elif isinstance(rate, dict):
         schedule = {"class_name": rate.get("class_name"), "config": rate.get("config", {})}
     elif "learning_rate" in saved:
         schedule = None
@@ -205,26 +210,31 @@ def run_schedule(run: dict[str, Any]) -> tuple[dict[str, Any] | None, float]:
 
 
 def learning_rate_panel(run: dict[str, Any], scalars: pd.DataFrame, live: bool = False) -> None:
-    """The learning rate of a run with a schedule or decay: planned (NumPy, the schedule in use
-    now) and recorded (`_decayed_lr` at each recorded step), regime changes marked; `live`:
-    patched in place (`components.live_chart`)."""
+    """The learning rate of a run: planned (NumPy, the schedule in use now, when it has one) and
+    the effective rate recorded (`_decayed_lr` at each recorded step), regime changes marked;
+    `live`: patched in place (`components.live_chart`), the current step marked."""
     schedule, decay = run_schedule(run)
     recorded = scalars[scalars["name"] == schedule_specs.EFFECTIVE_LR] if not scalars.empty \
         else scalars
     if schedule is None and not decay and recorded.empty:
-        return
+        return  # nothing recorded yet (the effective rate comes with the first record)
     total = min(int(run["total_steps"]), max(int(run["step"]) * 2, 1000))
     rate = float(run["config"].get("hyperparameters", {}).get("learning_rate", 0.01))
     try:
         schedule = schedule_specs.validate_schedule("lr_schedule", schedule)
     except schedule_specs.ScheduleError:
         schedule = None
-    preview = schedule_curves.preview_points(schedule, total, rate, decay)
+    # a constant rate has no plan to draw: its live changes are the recorded dots themselves
+    preview = schedule_curves.preview_points(schedule, total, rate, decay) \
+        if schedule is not None or decay else None
     marks = schedule_curves.schedule_marks(schedule, total)
+    started = schedule_specs.start_step(schedule)
     st.markdown(f"**Learning rate** ({schedule['class_name'] if schedule else 'constant'}"
+                f"{f', started at step {started + 1:,}' if started else ''}"
                 f"{f', decay {decay:g}' if decay else ''}; line = the schedule in use now, in "
-                "NumPy; dots = what `_decayed_lr` returned at each recorded step)")
-    fig = figures.learning_rate_figure(preview, recorded, marks, uirevision=run["id"])
+                "NumPy; dots = the effective rate `_decayed_lr` returned at each recorded step)")
+    fig = figures.learning_rate_figure(preview, recorded, marks, uirevision=run["id"],
+                                       now_step=int(run["step"]) if live else None)
     if live:
         live_chart.live_chart(fig, f"lr_{run['id']}", height=int(fig.layout.height or 240))
     else:

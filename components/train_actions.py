@@ -140,6 +140,15 @@ def on_start() -> None:
     state["live_messages"] = state["control_messages"] = []
 
 
+def live_run_followed() -> dict[str, Any] | None:
+    """The selected run when it is live and this session's (its Setup is what it runs); None
+    otherwise. Reads only: says nothing and sends nothing."""
+    run = selected_run()
+    if run is None or run["status"] not in ACTIVE_STATUSES or not session_runs.owns(run):
+        return None
+    return run
+
+
 def live_run_to_steer(name: str) -> dict[str, Any] | None:
     """The selected run when it is live and this session's (a change of `name` is sent to it);
     None otherwise, saying so when the run is another session's."""
@@ -207,6 +216,11 @@ def wait_until_handled(command: int, timeout_s: float = HANDLED_WAIT_S) -> str |
         time.sleep(0.02)
 
 
+# Where a schedule switched on mid-run starts its clock: the radio's session key and choices.
+SCHEDULE_START = "schedule_start"
+FROM_NOW, FROM_ZERO = "from now", "from step 0"
+
+
 def on_schedule_change(name: str) -> None:
     """The schedule picker, a schedule parameter or `decay` moved: send it to the selected run
     when that run is live and this session's, saying which kind of change it is."""
@@ -224,8 +238,14 @@ def on_schedule_change(name: str) -> None:
             value = schedule_specs.validate_schedule(
                 "lr_schedule", fields.schedule_from_session(state))
             now = schedule_specs.validate_schedule("lr_schedule", current)
+            if value and now and value["class_name"] == now["class_name"] \
+                    and now.get("start_step"):  # new numbers keep where its clock started
+                value["start_step"] = now["start_step"]
             same = schedule_specs.structure(value) == schedule_specs.structure(now)
             kind = ("none" if value == now else "assign" if same else "retrace")
+            if kind == "retrace" and value is not None and int(run["step"]) > 0 \
+                    and state.get(SCHEDULE_START, FROM_NOW) == FROM_NOW:
+                value = {**value, "start_step": "now"}  # the run knows its exact step
     except (schedule_specs.ScheduleError, ValueError) as error:
         state["live_messages"] = [("error", f"not sent to run #{run['id']}: {error}")]
         return
@@ -248,6 +268,8 @@ def on_schedule_change(name: str) -> None:
     else:
         shown = value["class_name"] if isinstance(value, dict) else (
             "constant" if value is None else f"{value:g}")
+        if isinstance(value, dict) and value.get("start_step") == "now":
+            shown += " from now (its step 0 = the run's next step)"
     state["live_messages"] = [("success" if kind == "assign" else "warning", (
         f"{name} = {shown} sent to run #{run['id']} (command {command}): "
         + ("new numbers of the same schedule: tf.Variable assigns, in effect at the next step, "

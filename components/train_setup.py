@@ -17,10 +17,12 @@ from components import run_controls, setup_state
 from components.hyper_widgets import (default_index, default_value, hyper_widgets,
                                       invalid_hypers, number_args, option_widgets,
                                       schedule_widgets, slider_bounds)
-from components.train_actions import (SETUP_OF_RUN, live_config, on_hyper_change,
+from components.train_actions import (FROM_NOW, FROM_ZERO, SCHEDULE_START, SETUP_OF_RUN,
+                                      live_config, live_run_followed, on_hyper_change,
                                       on_schedule_change, on_start, setup_config)
 from optimizers import registry
 from schedules import preview as schedule_curves
+from schedules import table as schedule_specs
 from optimizers.hyperparams import InvalidHyperparameter
 from settings import fields, share_link
 from settings.run_config import COMPATIBLE_MODELS, RunConfig
@@ -133,13 +135,35 @@ def schedule_section(specs, values: dict[str, float]) -> str | None:
     if schedule is None and decay == 0:
         return None
     total = min(total, 100_000) if st.session_state.get("continuous") else total
+    run = live_run_followed()
+    if run is not None and schedule is not None:
+        schedule = started_schedule(run, schedule)
     preview = schedule_curves.preview_points(schedule, total, values.get("learning_rate", 0.01),
                                             decay)
     marks = schedule_curves.schedule_marks(schedule, total)
-    st.plotly_chart(figures.learning_rate_figure(preview, marks=marks, uirevision="preview",
-                                                 height=200),
-                    key="lr_preview", width="stretch", config={"displaylogo": False})
+    # no toolbar: in the narrow sidebar it covered the chart's title
+    st.plotly_chart(figures.learning_rate_figure(
+        preview, marks=marks, uirevision="preview", height=200,
+        now_step=int(run["step"]) if run is not None else None),
+        key="lr_preview", width="stretch", config={"displayModeBar": False})
     return None
+
+
+def started_schedule(run: dict[str, Any], schedule: dict[str, Any]) -> dict[str, Any]:
+    """The Setup's schedule as the live `run` would use it: the run's own start when it runs
+    this schedule class, else (a switch) from now or from step 0 as the radio drawn here says."""
+    current, _ = run_controls.run_schedule(run)
+    if current and current.get("class_name") == schedule["class_name"]:
+        start = schedule_specs.start_step(current)
+    else:
+        choice = st.radio("start the schedule", [FROM_NOW, FROM_ZERO], key=SCHEDULE_START,
+                          horizontal=True,
+                          help="a schedule is a function of the optimizer's `iterations`: "
+                               "switched on at step k 'from step 0', it starts at its value "
+                               "for step k (an ExponentialDecay may be near its end); 'from "
+                               "now' wraps it so its clock starts at the run's next step")
+        start = int(run["step"]) if choice == FROM_NOW else 0
+    return {**schedule, **({"start_step": start} if start else {})}
 
 
 @st.fragment

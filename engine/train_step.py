@@ -201,8 +201,7 @@ class Engine:
         """The running schedule as a plain serialized dict, or None (constant learning rate)."""
         if self.live_schedule is None:
             return None
-        return {"class_name": self.live_schedule.class_name,
-                "config": self.live_schedule.values()}
+        return self.live_schedule.serialized()
 
     def set_schedule(self, schedule: dict[str, Any] | None, decay: float,
                      learning_rate: float | None) -> tuple[str, dict[str, tuple[Any, Any]]]:

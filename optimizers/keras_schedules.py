@@ -49,6 +49,41 @@ ALLOWED_SCHEDULES: dict[str, type[LearningRateSchedule]] = {
 }
 _SCHEDULE_KEYS = {"class_name", "config", "module", "registered_name"}
 CHECK_STEPS = (0, 1, 1000)
+MAX_START_STEP = 1_000_000
+
+
+@tf_keras.saving.register_keras_serializable(package="optimizer_lab")
+class ScheduleFromStep(LearningRateSchedule):
+    """A schedule started at iteration `start_step`: `schedule(max(step - start_step, 0))`.
+
+    How Keras expresses an offset: a schedule is a function of the optimizer's global
+    `iterations`, so a schedule switched on mid-run would otherwise begin at its value for the
+    current step (ExponentialDecay switched on at step 5,238 starts near its end). Wrapping it
+    restarts its clock. Serialized as Keras serializes any registered schedule:
+    `{"class_name": "ScheduleFromStep", "config": {"schedule": <the inner schedule's dict>,
+    "start_step": k}}`.
+
+    Args:
+        schedule: one of `ALLOWED_SCHEDULES` (or a dict of one, as `from_config` passes it).
+        start_step: the iteration at which the schedule reads 0, an int >= 0 or a float32
+            `tf.Variable` holding one.
+    """
+
+    def __init__(self, schedule: LearningRateSchedule | Mapping[str, Any], start_step: Any = 0):
+        super().__init__()
+        self.schedule = (schedule_from_config("learning_rate.config.schedule", schedule)
+                         if isinstance(schedule, Mapping) else schedule)
+        self.start_step = start_step
+
+    def __call__(self, step: Any) -> tf.Tensor:
+        step = tf.convert_to_tensor(step)
+        offset = tf.cast(self.start_step, step.dtype)
+        return self.schedule(tf.maximum(step - offset, tf.zeros_like(step)))
+
+    def get_config(self) -> dict[str, Any]:
+        start = self.start_step
+        start = int(round(float(start.numpy()))) if hasattr(start, "numpy") else int(start)
+        return {"schedule": schedule_to_config(self.schedule), "start_step": start}
 
 
 def schedule_to_config(schedule: LearningRateSchedule) -> dict[str, Any]:
@@ -78,7 +113,8 @@ def schedule_from_config(field: str, data: Mapping[str, Any]) -> LearningRateSch
             `registered_name` are ignored).
 
     Returns:
-        A new instance of one of `ALLOWED_SCHEDULES`.
+        A new instance of one of `ALLOWED_SCHEDULES`, wrapped in `ScheduleFromStep` when the
+        dict is a started schedule (Keras's wrapper form, or the lab's `start_step` key > 0).
 
     Raises:
         InvalidHyperparameter: `data` is not such a dict, the class is not allow-listed, a config
@@ -86,8 +122,23 @@ def schedule_from_config(field: str, data: Mapping[str, Any]) -> LearningRateSch
             schedule errs or is not finite at steps 0, 1, 1000.
     """
     allowed = f"a schedule dict with class_name in {', '.join(ALLOWED_SCHEDULES)}"
-    if not isinstance(data, Mapping) or set(data) - _SCHEDULE_KEYS or "class_name" not in data:
+    if not isinstance(data, Mapping) or set(data) - _SCHEDULE_KEYS - {"start_step"} \
+            or "class_name" not in data:
         raise InvalidHyperparameter(field, data, allowed)
+    if data["class_name"] == ScheduleFromStep.__name__:  # Keras's form of a started schedule
+        config = data.get("config")
+        if not isinstance(config, Mapping) or set(config) != {"schedule", "start_step"}:
+            raise InvalidHyperparameter(f"{field}.config", config,
+                                        "{\"schedule\": {...}, \"start_step\": int}")
+        data = {**config["schedule"], "start_step": config["start_step"]}
+    if "start_step" in data:  # the lab's form: an offset beside Keras's keys
+        start = data["start_step"]
+        if isinstance(start, bool) or not isinstance(start, numbers.Real) \
+                or start != int(start) or not 0 <= start <= MAX_START_STEP:
+            raise InvalidHyperparameter(f"{field}.start_step", start,
+                                        f"an integer in [0, {MAX_START_STEP}]")
+        inner = schedule_from_config(field, {k: v for k, v in data.items() if k != "start_step"})
+        return ScheduleFromStep(inner, int(start)) if start else inner
     class_name = data["class_name"]
     if not isinstance(class_name, str) or class_name not in ALLOWED_SCHEDULES:
         raise InvalidHyperparameter(f"{field}.class_name", class_name,
@@ -117,4 +168,4 @@ def schedule_from_config(field: str, data: Mapping[str, Any]) -> LearningRateSch
     return schedule
 
 
-__all__ = ["ALLOWED_SCHEDULES", "LearningRateSchedule", "schedule_from_config", "schedule_to_config"]
+__all__ = ["ALLOWED_SCHEDULES", "LearningRateSchedule", "ScheduleFromStep", "schedule_from_config", "schedule_to_config"]

@@ -97,7 +97,7 @@ def checked_run_setting(name: str, value: Any) -> Any:
             of `SCHEDULE_NAMES`.
     """
     if name == "lr_schedule":
-        return validate_schedule("lr_schedule", value)
+        return validate_schedule("lr_schedule", value, allow_now=True)
     if name != "decay":
         raise ValueError(f"name={name!r} refused: run settings are {', '.join(SCHEDULE_NAMES)}")
     low, high = setting_fields.bounds("decay")

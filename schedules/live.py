@@ -9,8 +9,8 @@ from collections.abc import Mapping
 import numpy as np
 import tensorflow as tf
 
-from optimizers.keras_schedules import schedule_from_config, schedule_to_config
-from schedules.table import SCHEDULE_SPECS, structure
+from optimizers.keras_schedules import ScheduleFromStep, schedule_from_config, schedule_to_config
+from schedules.table import SCHEDULE_SPECS, start_step, structure
 
 
 class LiveSchedule:
@@ -25,6 +25,10 @@ class LiveSchedule:
     `schedule.get_config()` reads the variables back, so `schedule_to_config` and the
     optimizer's `get_config` stay Keras's plain serialized form.
 
+    A schedule with `start_step` k > 0 (started mid-run, `schedules.table`) is wrapped in
+    `ScheduleFromStep` whose offset is a float32 variable too; `schedule` is then the wrapper
+    and `inner` the Keras class.
+
     Args:
         data: a serialized schedule; validated by `schedule_from_config` first.
         field: the name used in error messages.
@@ -34,10 +38,14 @@ class LiveSchedule:
     """
 
     def __init__(self, data: Mapping[str, Any], field: str = "lr_schedule"):
-        self.schedule = schedule_from_config(field, data)
+        plain = {k: v for k, v in data.items() if k != "start_step"}
+        self.inner = schedule_from_config(field, plain)
+        schedule_from_config(field, data)  # the offset refused before anything is built
         self.class_name = data["class_name"]
-        self.config = dict(schedule_to_config(self.schedule)["config"])
-        self.structure = structure({"class_name": self.class_name, "config": self.config})
+        self.config = dict(schedule_to_config(self.inner)["config"])
+        self.start = start_step(data)
+        self.structure = structure({"class_name": self.class_name, "config": self.config,
+                                    "start_step": self.start})
         self.variables: dict[str, Any] = {}
         for spec in SCHEDULE_SPECS[self.class_name]:
             value = self.config.get(spec.name)
@@ -51,11 +59,14 @@ class LiveSchedule:
                 var = tf.Variable(float(value), dtype=tf.float32, trainable=False,
                                   name=f"lr_schedule_{spec.name}")
             self.variables[spec.name] = var
-            setattr(self.schedule, spec.name, var)
+            setattr(self.inner, spec.name, var)
             if self.class_name == "CosineDecayRestarts" and spec.name in ("t_mul", "m_mul"):
                 # Keras's `__call__` reads these two from `_t_mul` / `_m_mul`
-                setattr(self.schedule, "_" + spec.name, var)
-        self.schedule.get_config = self._plain_config  # Keras's serializer calls it
+                setattr(self.inner, "_" + spec.name, var)
+        self.inner.get_config = self._plain_config  # Keras's serializer calls it
+        self.offset = tf.Variable(float(self.start), dtype=tf.float32, trainable=False,
+                                  name="lr_schedule_start_step") if self.start else None
+        self.schedule = ScheduleFromStep(self.inner, self.offset) if self.start else self.inner
 
     def _plain_config(self) -> dict[str, Any]:
         out = dict(self.config)
@@ -73,6 +84,14 @@ class LiveSchedule:
     def values(self) -> dict[str, Any]:
         """The current parameters (plain JSON values)."""
         return self._plain_config()
+
+    def serialized(self) -> dict[str, Any]:
+        """The schedule in the lab's serialized form (`schedules.table`): class, current
+        parameters and, when started mid-run, `start_step`."""
+        out: dict[str, Any] = {"class_name": self.class_name, "config": self.values()}
+        if self.offset is not None:
+            out["start_step"] = int(round(float(self.offset.numpy())))
+        return out
 
     def same_structure(self, data: Mapping[str, Any]) -> bool:
         """True when `data` (a validated schedule with every parameter) differs from this one in
@@ -95,6 +114,9 @@ class LiveSchedule:
         schedule_from_config("lr_schedule", data)  # refused before anything is assigned
         old = self.values()
         changed = {}
+        if self.offset is not None and start_step(data) != self.serialized()["start_step"]:
+            changed["start_step"] = (self.serialized()["start_step"], start_step(data))
+            self.offset.assign(float(start_step(data)))
         for name, var in self.variables.items():
             new = data["config"][name]
             if new == old[name]:

@@ -25,8 +25,8 @@ def schedule_curve(data: Mapping[str, Any] | None, iterations: np.ndarray,
     Then the legacy `decay` (Keras OptimizerV2): lr / (1 + decay * t).
 
     Args:
-        data: a validated schedule (`validate_schedule`), or None for the constant
-            `learning_rate`.
+        data: a validated schedule (`validate_schedule`; its `start_step` k shifts it: the
+            schedule at max(t - k, 0)), or None for the constant `learning_rate`.
         iterations: int or float array [n] of iteration counts >= 0.
         learning_rate: the constant rate used when `data` is None.
         decay: legacy time-based decay >= 0.
@@ -37,8 +37,9 @@ def schedule_curve(data: Mapping[str, Any] | None, iterations: np.ndarray,
     t = np.asarray(iterations, dtype=np.float64)
     if data is None:
         lr = np.full_like(t, float(learning_rate))
-    else:
-        lr = _CURVES[data["class_name"]](data["config"], t)
+    else:  # a schedule started at iteration k sees max(t - k, 0) (`schedules.table`)
+        shifted = np.maximum(t - float(data.get("start_step", 0)), 0.0)
+        lr = _CURVES[data["class_name"]](data["config"], shifted)
     return lr / (1.0 + decay * t) if decay > 0 else lr
 
 
@@ -128,6 +129,11 @@ def schedule_marks(data: Mapping[str, Any] | None, total_steps: int,
     """
     if not data:
         return []
+    offset = int(data.get("start_step", 0))
+    if offset:  # the same marks, shifted to where the started schedule reaches them
+        return [(s + offset, label) for s, label in schedule_marks(
+            {k: v for k, v in data.items() if k != "start_step"}, total_steps - offset,
+            max_marks)]
     c, name = data["config"], data["class_name"]
     marks: list[tuple[int, str]] = []
     if name == "PiecewiseConstantDecay":

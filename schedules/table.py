@@ -8,7 +8,13 @@ importing TensorFlow; the run worker then builds the real schedule with
 `optimizers.keras_schedules.schedule_from_config`. The curves in NumPy are `schedules.preview`.
 A run's step `t` (1-based) uses the schedule at `iterations = t - 1`.
 
-The serialized form is Keras's: `{"class_name": "ExponentialDecay", "config": {...}}`.
+The serialized form is Keras's: `{"class_name": "ExponentialDecay", "config": {...}}`, plus an
+optional `"start_step": k` (k > 0): the schedule started at iteration k, so step t uses the
+schedule at `max(iterations - k, 0)`. A schedule switched on mid-run "from now" gets k = the
+run's iterations at the switch; without it the schedule is evaluated at the global step
+(ExponentialDecay switched on at step 5,238 would start at its value for step 5,238). In a
+command payload `"start_step": "now"` asks the run process for its own iteration count; Keras
+expresses the offset by wrapping the schedule (`optimizers.keras_schedules.ScheduleFromStep`).
 """
 
 from __future__ import annotations
@@ -197,16 +203,19 @@ def _param(field: str, spec: ScheduleParam, value: Any) -> Any:
     return [_number(f"{field}[{i}]", v, spec, spec.kind == "ints") for i, v in enumerate(value)]
 
 
-def validate_schedule(field: str, data: Any) -> dict[str, Any] | None:
+def validate_schedule(field: str, data: Any, allow_now: bool = False) -> dict[str, Any] | None:
     """A schedule config checked against `SCHEDULE_SPECS`, with every parameter filled in.
 
     Args:
         field: the name used in messages (`lr_schedule`).
         data: None (constant learning rate) or `{"class_name": str, "config": {...}}`; Keras's
-            extra keys `module` and `registered_name` are accepted and dropped.
+            extra keys `module` and `registered_name` are accepted and dropped; an optional
+            `start_step` (int in [0, MAX_STEPS], or "now" when `allow_now`).
+        allow_now: accept `start_step: "now"` (a command, resolved by the run process).
 
     Returns:
-        None, or `{"class_name": ..., "config": {...}}` with plain JSON values only.
+        None, or `{"class_name": ..., "config": {...}}` with plain JSON values only, plus
+        `start_step` when it is not 0.
 
     Raises:
         ScheduleError: not such a dict, an unknown class or key, a value of the wrong type or out
@@ -216,7 +225,7 @@ def validate_schedule(field: str, data: Any) -> dict[str, Any] | None:
     if data is None:
         return None
     if not isinstance(data, Mapping) or "class_name" not in data or set(data) - {
-            "class_name", "config", "module", "registered_name"}:
+            "class_name", "config", "module", "registered_name", "start_step"}:
         raise ScheduleError(field, data, "null or {\"class_name\": ..., \"config\": {...}} "
                                          f"with class_name one of {', '.join(SCHEDULE_SPECS)}")
     class_name = data["class_name"]
@@ -248,7 +257,23 @@ def validate_schedule(field: str, data: Any) -> dict[str, Any] | None:
         if any(b >= a for b, a in zip(bounds, bounds[1:])) or len(bounds) > MAX_PIECES:
             raise ScheduleError(f"{field}.config.boundaries", bounds,
                                 f"strictly increasing, at most {MAX_PIECES} steps")
-    return {"class_name": class_name, "config": out}
+    start = _start_step(f"{field}.start_step", data.get("start_step", 0), allow_now)
+    return {"class_name": class_name, "config": out, **({"start_step": start} if start else {})}
+
+
+def _start_step(field: str, value: Any, allow_now: bool) -> int | str:
+    if allow_now and value == "now":
+        return value
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != int(value) \
+            or not 0 <= value <= MAX_STEPS:
+        raise ScheduleError(field, value, f"an integer in [0, {MAX_STEPS}]"
+                            + (' or "now"' if allow_now else ""))
+    return int(value)
+
+
+def start_step(data: Mapping[str, Any] | None) -> int:
+    """The iteration at which a validated schedule started (0: at the run's start)."""
+    return int((data or {}).get("start_step", 0))
 
 
 def structure(data: Mapping[str, Any] | None) -> tuple:
@@ -258,7 +283,8 @@ def structure(data: Mapping[str, Any] | None) -> tuple:
     if not data:
         return ("constant",)
     config = data.get("config", {})
-    return (data["class_name"], tuple(
+    # an offset is a wrapper object around the schedule: adding or removing one is a rebuild
+    return (data["class_name"], bool(data.get("start_step")), tuple(
         (p.name, config.get(p.name) if p.kind == "bool" else config.get(p.name) is None,
          len(config.get(p.name) or ()) if p.kind in ("floats", "ints") else 0)
         for p in params(data["class_name"])))

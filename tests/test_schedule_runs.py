@@ -145,3 +145,68 @@ def test_bad_live_schedules_are_refused_naming_the_field_and_nothing_changes(tmp
         assert run.engine.schedule_values()["config"]["decay_steps"] == 7
     finally:
         run.close()
+
+
+def test_a_schedule_switched_on_from_now_starts_at_its_value_for_step_0(tmp_path):
+    run, store, run_id = make_run(tmp_path, hyperparameters={"learning_rate": 0.01})
+    try:
+        for _ in range(12):
+            run.one_step()
+        assert send(run, "lr_schedule", {**EXPONENTIAL, "start_step": "now"}) == "done"
+        assert run.engine.schedule_values()["start_step"] == 12
+        # the next step (13, iterations 12) reads the schedule at 0: its initial rate, not
+        # 0.1 * 0.5 ** (12 / 7) as "from step 0" would give
+        assert run.engine.effective_learning_rate() == pytest.approx(0.1, rel=1e-6)
+        for _ in range(7):
+            run.one_step()
+        # seven steps later (iterations 19): one decay period
+        assert run.engine.effective_learning_rate() == pytest.approx(0.05, rel=1e-6)
+        run.flush(wait=True)
+        steps, values = effective(store, run_id)
+        recorded = dict(zip(steps.tolist(), values.tolist()))
+        assert recorded[10] == pytest.approx(0.01, rel=1e-6)  # the constant rate is recorded too
+        assert recorded[13] == pytest.approx(0.1, rel=1e-6)
+        np.testing.assert_allclose(
+            [recorded[s] for s in (13, 16, 19)],
+            schedule_curve(run.engine.schedule_values(), np.array([12, 15, 18])), rtol=1e-6)
+        changes = store.hyper_changes(run_id).set_index("name")
+        assert changes.loc["lr_schedule.start_step", "new"] == 12
+        # the optimizer's config is Keras's wrapper form, and it rebuilds the same schedule
+        saved = run.engine.optimizer.get_config()["learning_rate"]
+        assert saved["class_name"] == "ScheduleFromStep"
+        assert saved["config"]["start_step"] == 12
+        from optimizers.keras_schedules import schedule_from_config
+        rebuilt = schedule_from_config("learning_rate", saved)
+        assert float(rebuilt(18)) == pytest.approx(0.1 * 0.5 ** (6 / 7), rel=1e-6)
+        # new numbers of the started schedule: an assign that keeps its start
+        traces = run.engine.tracing_count()
+        faster = {**EXPONENTIAL, "config": {**EXPONENTIAL["config"], "decay_rate": 0.25},
+                  "start_step": 12}
+        assert send(run, "lr_schedule", faster) == "done"
+        assert run.engine.tracing_count() == traces
+        assert run.engine.effective_learning_rate() == pytest.approx(0.1 * 0.25 ** (7 / 7),
+                                                                      rel=1e-6)
+    finally:
+        run.close()
+
+
+def test_start_step_is_checked_and_shifts_the_preview():
+    from schedules.preview import schedule_marks
+    from schedules.table import ScheduleError, validate_schedule
+    started = validate_schedule("lr_schedule", {**EXPONENTIAL, "start_step": 100})
+    assert started["start_step"] == 100
+    np.testing.assert_allclose(schedule_curve(started, np.array([0, 100, 107])),
+                               [0.1, 0.1, 0.05], rtol=1e-12)
+    stair = {**EXPONENTIAL, "config": {**EXPONENTIAL["config"], "staircase": True}}
+    assert schedule_marks({**stair, "start_step": 100}, 120)[:2] == [(108, "staircase"),
+                                                                   (115, "staircase")]
+    for bad in (-1, 2.5, "soon", True):
+        with pytest.raises(ScheduleError, match="lr_schedule.start_step="):
+            validate_schedule("lr_schedule", {**EXPONENTIAL, "start_step": bad})
+    with pytest.raises(ScheduleError, match="start_step='now'"):
+        validate_schedule("lr_schedule", {**EXPONENTIAL, "start_step": "now"})
+    assert validate_schedule("lr_schedule", {**EXPONENTIAL, "start_step": "now"},
+                             allow_now=True)["start_step"] == "now"
+    with pytest.raises(ValueError, match="start_step=5 refused with hypergradients"):
+        RunConfig(optimizer="sgd", lr_schedule={**EXPONENTIAL, "start_step": 5},
+                  hypergradients=["lr_schedule.decay_rate"])

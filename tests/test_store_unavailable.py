@@ -225,3 +225,36 @@ def test_pages_show_one_line_when_the_store_is_unavailable(page, tmp_path, monke
     at = page_test(page, default_timeout=120).run()
     assert not at.exception, at.exception
     assert [e.value for e in at.error if "is read-only" in e.value], [e.value for e in at.error]
+
+
+def test_an_end_the_store_never_took_is_shown_by_the_next_stale_check(tmp_path, monkeypatch):
+    """A store unwritable past the run's retry window: the run's end is kept outside the data
+    directory and the next stale check writes it, instead of "ended without finishing"."""
+    from runs.process import worker
+    from runs.store.files import last_words_path
+
+    store = RunStore(tmp_path / "runs.sqlite")
+    run_id = store.create_run(CONFIG)
+    reason = (f"failed after step 7: StoreUnavailable: the data directory {tmp_path} is "
+              "read-only")
+
+    def unwritable(*args, **kwargs):
+        raise StoreUnavailable(f"the data directory {tmp_path} is read-only")
+
+    monkeypatch.setattr(store, "set_status", unwritable)
+    assert worker._record_end(store, run_id, "failed", reason, retry_s=0.0) is False
+    kept = last_words_path(store.path, run_id)
+    assert kept.exists() and str(tmp_path) not in str(kept.parent)
+    monkeypatch.undo()
+    # the process is gone: a pid that cannot be alive
+    store.update_run(run_id, pid=2 ** 22 + 1)
+    assert store.set_status(run_id, "running")
+    assert store.mark_interrupted() == [run_id]
+    run = store.run(run_id)
+    assert (run["status"], run["message"]) == ("failed", reason)
+    assert not kept.exists()  # taken once
+    other = store.create_run(CONFIG)  # a run with no last words keeps the plain message
+    store.update_run(other, pid=2 ** 22 + 1)
+    store.set_status(other, "running")
+    store.mark_interrupted()
+    assert store.run(other)["message"] == "the run process ended without finishing"

@@ -88,6 +88,9 @@ def _set_schedule(run: RunLoop, payload: SetHyper) -> None:
     schedule, decay = engine.schedule_values(), engine.decay
     if payload.name == "lr_schedule":  # checked by `runs.protocol.parse`
         schedule = payload.value
+        if schedule is not None and schedule.get("start_step") == "now":
+            # "from now": the schedule's clock starts at the iteration the next step uses
+            schedule = {**schedule, "start_step": run.step}
     else:
         decay = payload.value
     live = engine.live_schedule

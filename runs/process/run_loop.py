@@ -13,10 +13,9 @@ and beats at least every `HEARTBEAT_S`; a `step` command trains exactly one step
 (flushed at once, still paused). A `set_speed` command paces the loop: at most
 `steps_per_second` steps per second, sleeping (and polling) between steps; None is full speed.
 
-A run with a learning-rate schedule or `decay` (at start or set live by `set_schedule`) also
-buffers, on every recorded step, the effective learning rate that step used
+Every run also buffers, on every recorded step, the effective learning rate that step used
 (`recording.EFFECTIVE_LR` scalar rows, read with `Engine.effective_learning_rate` just before
-the step); schedule-valued `hyper_changes` rows are expanded into their numbers
+the step: the schedule and `decay` applied, or the constant rate); schedule-valued `hyper_changes` rows are expanded into their numbers
 (`recording.hyper_change_rows`) before they reach the store.
 
 A run whose config follows hyper-gradients trains through `hypergrad.stepper.HyperStepper` and
@@ -287,13 +286,16 @@ class RunLoop:
                 self.after_first_step()
 
     def effective_lr(self) -> float | None:
-        """The learning rate the next step uses, when the run has (or had) a schedule or
-        `decay`; None for a constant rate (its `learning_rate` trace already says it)."""
+        """The learning rate the next step uses (`_decayed_lr`), recorded for every run so the
+        learning-rate chart shows what the step used, with or without a schedule; None for an
+        engine without one learning rate."""
         engine = self.engine
-        if self.last_lr is None and getattr(engine, "live_schedule", None) is None \
-                and not getattr(engine, "decay", 0.0):
+        if not hasattr(engine, "effective_learning_rate"):
             return None
-        return engine.effective_learning_rate()
+        try:
+            return engine.effective_learning_rate()
+        except KeyError:  # an optimizer without a `learning_rate` hyperparameter
+            return None
 
     def hyper_records(self, step: int) -> None:
         """Hyper-gradient rows, reverse mode and auto-tune due at `step` (see the docstring)."""

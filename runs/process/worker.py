@@ -34,7 +34,7 @@ from engine.record_rows import HyperChangeRow
 from optimizers import plugin_discovery as plugins
 from runs.process.handlers import HANDLERS
 from runs.process.run_loop import Diverged, Heartbeat, RunLoop
-from runs.store.files import StoreUnavailable
+from runs.store.files import StoreUnavailable, keep_last_words
 from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
@@ -71,7 +71,8 @@ def _record_end(store: RunStore, run_id: int, status: str, message: str,
     """Write the run's final status and message; True when written.
 
     A `StoreUnavailable` is retried every `STORE_RETRY_EVERY_S` for `retry_s` seconds, then
-    logged (never raised: the error that ended the run matters more).
+    logged and kept outside the data directory (`runs.store.files.keep_last_words`), where the
+    next stale check finds it; never raised: the error that ended the run matters more.
     """
     deadline = time.monotonic() + retry_s
     while True:
@@ -80,8 +81,9 @@ def _record_end(store: RunStore, run_id: int, status: str, message: str,
             return True
         except StoreUnavailable as error:
             if time.monotonic() >= deadline:
+                kept = keep_last_words(store.path, run_id, status, message)
                 _log(f"run {run_id}: could not record its end in the store ({status}: "
-                     f"{message}): {error}")
+                     f"{message}): {error}; kept in {kept or 'nowhere (temp not writable)'}")
                 return False
             time.sleep(STORE_RETRY_EVERY_S)
 

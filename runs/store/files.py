@@ -8,8 +8,11 @@ into one message that names the directory and says what to do.
 from __future__ import annotations
 
 import errno
+import hashlib
+import json
 import os
 import sqlite3
+import tempfile
 from pathlib import Path
 
 
@@ -76,3 +79,41 @@ def _unavailable(path: Path, error: BaseException) -> StoreUnavailable | None:
         return None
     what, todo = _directory_state(path.parent, text)
     return StoreUnavailable(f"the data directory {path.parent} {what} ({error}): {todo}")
+
+
+# ----- a run's last words, kept where an unwritable store cannot lose them ----------------------
+def last_words_path(store_path: Path, run_id: int) -> Path:
+    """Where a run whose end could not be written to the store keeps it: the system's temp
+    directory, NOT the data directory (that is the directory that could not be written), in a
+    folder named after the store's path so two stores never mix."""
+    key = hashlib.sha256(str(Path(store_path).resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"optimizer-lab-{key}" / f"run-{run_id}.json"
+
+
+def keep_last_words(store_path: Path, run_id: int, status: str, message: str) -> Path | None:
+    """Keep `status` and `message` of a run's end for the next stale check
+    (`RunStore.mark_stale` reads them instead of "ended without finishing"); returns the file,
+    or None when even the temp directory cannot be written."""
+    path = last_words_path(store_path, run_id)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_suffix(".tmp")
+        temp.write_text(json.dumps({"status": status, "message": message}))
+        temp.replace(path)
+    except OSError:
+        return None
+    return path
+
+
+def take_last_words(store_path: Path, run_id: int) -> dict[str, str] | None:
+    """The end a run kept with `keep_last_words` ({"status", "message"}), removed once read;
+    None when there is none (or it cannot be read)."""
+    path = last_words_path(store_path, run_id)
+    try:
+        words = json.loads(path.read_text())
+        path.unlink()
+    except (OSError, ValueError):
+        return None
+    if not isinstance(words, dict) or not {"status", "message"} <= set(words):
+        return None
+    return {"status": str(words["status"]), "message": str(words["message"])[:2000]}

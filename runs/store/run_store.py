@@ -48,7 +48,7 @@ import pandas as pd
 from runs.protocol import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, checked_name
 from runs.store import admission
 from runs.store.commands import CommandQueue
-from runs.store.files import _unavailable, default_store_path
+from runs.store.files import _unavailable, default_store_path, take_last_words
 from runs.store.processes import pid_alive, rss_mb, same_process_alive
 from runs.store.records import Records
 from runs.store.schema import ADDED_RUN_COLUMNS, JSON_RUN_COLUMNS, SCHEMA
@@ -312,6 +312,9 @@ class RunStore:
 
         A silent run whose process provably lives (same pid and start time, see
         `runs.store.processes.same_process_alive`) is stalled, not dead: it stays active.
+        A run that could not write its own end (its store was unwritable longer than its
+        retry window) left it outside the data directory (`runs.store.files.keep_last_words`):
+        that status and message are written instead of "ended without finishing".
 
         Returns:
             The ids of the runs newly marked.
@@ -328,11 +331,12 @@ class RunStore:
                 or (now - (beat or created) > STALE_AFTER and not same_process_alive(pid, start))
             ]
             for run_id in dead:
-                con.execute(
-                    "UPDATE runs SET status = 'interrupted', updated = ?,"
-                    " message = 'the run process ended without finishing' WHERE id = ?",
-                    (now, run_id),
-                )
+                # a run that could not write its end (the store was unwritable) kept it
+                words = take_last_words(self.path, run_id) or {
+                    "status": "interrupted",
+                    "message": "the run process ended without finishing"}
+                con.execute("UPDATE runs SET status = ?, updated = ?, message = ? WHERE id = ?",
+                            (words["status"], now, words["message"], run_id))
         return dead
 
     def stalled_for(self, run: dict[str, Any], now: float | None = None) -> float | None:
