@@ -24,6 +24,11 @@ the others. Items:
                           variable and slots)
     loss_decreases        300 compiled steps on f(w) = 0.5 sum c_i (w_i - 1)^2, c = (1, 2, 5, 10),
                           from w = 0 with the default hyperparameters: f drops by >= 1%
+    dense_path            which code a dense update of a 40x40 float32 variable runs: Keras's
+                          fused kernel (only when the class's rule is the one that kernel
+                          computes, `fused_kernels.kernel_computes_the_rule`) or the class's own
+                          rule; fails when a kernel would run in place of a rule the class
+                          changed
     differentiable        a `RuleOptimizer` with a pure rule: a forward-mode JVP of one update
                           w.r.t. the learning rate (through `coefficients` and `update`) is
                           finite and nonzero; any other OptimizerV2 has no pure rule (in-place
@@ -311,6 +316,25 @@ def check_loss_decreases(cls: type) -> tuple[bool, str]:
     return ok, f"f: {initial:.4g} -> {final:.4g} after 300 steps (needs <= 99% of the start)"
 
 
+def check_dense_path(cls: type) -> tuple[bool, str]:
+    if not issubclass(cls, _rule_optimizer()):
+        return True, ("not a RuleOptimizer: dense updates run its own _resource_apply_dense")
+    from optimizers import fused_kernels
+
+    opt = cls()
+    var = tf.Variable(tf.zeros([40, 40]))
+    kernel = fused_kernels.dense_kernel(opt, var)
+    if kernel is None:
+        why = "fused=False" if not opt.fused else (
+            "its rule differs from the kernel's" if not fused_kernels.kernel_computes_the_rule(cls)
+            else "no Keras kernel for this configuration")
+        return True, f"dense updates run the class's own rule (`update`): {why}"
+    owner = fused_kernels.defining_class(cls, "update").__name__
+    ok = fused_kernels.kernel_computes_the_rule(cls)
+    return ok, (f"dense updates run Keras's fused kernel {kernel}, which computes "
+                f"{owner}.update" + ("" if ok else f", not {cls.__name__}'s own rule"))
+
+
 def check_differentiable(cls: type) -> tuple[bool, str]:
     if not issubclass(cls, _rule_optimizer()):
         return False, ("not a RuleOptimizer: its update is in-place assignments inside "
@@ -345,6 +369,7 @@ ITEMS: dict[str, tuple[str, Callable[[type], tuple[bool, str]]]] = {
                                check_live_change_no_retrace),
     "sparse_matches_dense": ("sparse path equals dense on full indices", check_sparse_matches_dense),
     "loss_decreases": ("loss decreases on a known problem", check_loss_decreases),
+    "dense_path": ("which code a dense update runs (fused kernel or own rule)", check_dense_path),
     "differentiable": ("differentiable for hyper-gradients", check_differentiable),
 }
 

@@ -28,6 +28,7 @@ BAD_EXPECTED = {
     "live_change_no_retrace": False,  # compiled step keeps momentum = 0.9
     "sparse_matches_dense": False,    # _resource_apply_sparse never implemented
     "loss_decreases": True,           # the dense maths is right
+    "dense_path": True,               # not a RuleOptimizer: its own _resource_apply_dense
     "differentiable": False,          # plain OptimizerV2, no pure rule
 }
 
@@ -138,3 +139,25 @@ def test_ensure_registered_discovers_on_demand(clean_registry, monkeypatch):
     assert registry.get("signsgd_fixture").__name__ == "SignSGD"
     with pytest.raises(KeyError):
         plugins.ensure_registered("raises_on_import")
+
+
+def test_the_dense_path_item_says_which_code_ran():
+    """A subclass of SGD that changes `update` runs its own rule (the inherited fused momentum
+    kernel computes SGD's rule, not this one), and the report says so; SGD itself runs the
+    kernel; a subclass that vouches for its kernel (defines `fused_kernel`) runs it."""
+    from optimizers.sgd import SGD
+
+    class SignSGD(SGD):
+        def update(self, grad, var, slots, coeffs):
+            return var - coeffs["lr"] * tf_sign(grad), slots
+
+    def tf_sign(x):
+        import tensorflow as tf
+        return tf.sign(x)
+
+    passed, detail = contract.check_dense_path(SignSGD)
+    assert passed and detail.startswith("dense updates run the class's own rule")
+    assert "its rule differs from the kernel's" in detail
+    passed, detail = contract.check_dense_path(SGD)
+    assert passed and "fused kernel ResourceApplyGradientDescent" in detail, detail
+    assert "SGD.update" in detail
