@@ -274,6 +274,35 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
             st.error(message)
 
 
+def setup_summary(config: RunConfig) -> str:
+    """The Setup in one line (Markdown): optimizer, its hyperparameters, schedule, data and run,
+    e.g. "**adam** (learning_rate 0.001, beta_1 0.9, ...) · digits / mlp · 2,000 steps · batch
+    32 · float32"."""
+    hypers = ", ".join(f"{name} {value:.4g}" for name, value in config.hyperparameters.items())
+    schedule = f" · {config.lr_schedule['class_name']}" if config.lr_schedule else ""
+    steps = "continuous" if st.session_state.get("continuous") else f"{config.steps:,} steps"
+    follows = f" · hyper-gradients of {len(config.hypergradients)}" \
+        if config.hypergradients else ""
+    return (f"**{config.optimizer}** ({hypers}){schedule} · {config.dataset} / {config.model} · "
+            f"{steps} · batch {config.batch_size} · {config.dtype}{follows}")
+
+
+def start_here() -> None:
+    """Start and the Setup's one-line summary at the top of the main area, where the eye lands
+    first (the sidebar's Start is 2-3 screens down once the Setup is open)."""
+    state = st.session_state
+    try:
+        summary = setup_summary(setup_config())
+    except (pydantic.ValidationError, KeyError, ValueError):
+        summary = "the Setup has a value that is not allowed: see the sidebar"
+    left, right = st.columns([1, 5], vertical_alignment="center")
+    left.button("Start training", key="start_main", type="primary", on_click=on_start,
+                width="stretch", disabled=not state.get(SETUP_OK_DRAWN, True))
+    right.markdown(f"{summary}  \nChange any of it in the sidebar (**Setup**).")
+    for message in state["start_errors"]:
+        st.error(message)
+
+
 def hypergradient_widgets(optimizer: str, specs) -> None:
     """The Setup's "Hyper-gradients" expander (watched on the Hyper-gradients page)."""
     with st.expander("Hyper-gradients"):

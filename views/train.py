@@ -108,9 +108,12 @@ def page() -> None:
 
     st.title("Optimizer Lab · Train")
     lesson_panel.show("train")
+    if live_run is None:  # nothing of this session trains: Start first, where the eye lands
+        train_setup.start_here()
     if run is None:
-        st.info("No run in this session yet: choose an optimizer and press **Start** in the "
-                "sidebar" + (", or open a run of the store below." if ids else "."))
+        st.info("No run in this session yet: **Start training** trains the setup above"
+                   + ("; or open a run of the store below (view only unless it is yours)."
+                      if ids else "."))
     if not ids:
         return
     # the select box's own default is the run it holds (None: nothing), never the store's
