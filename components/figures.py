@@ -136,30 +136,61 @@ def _vlines(fig: go.Figure, lines: Sequence[tuple[int, dict, dict | None]], plac
     fig.layout.annotations += tuple(go.layout.Annotation(note) for note in notes)
 
 
-def change_markers(fig: go.Figure, changes: pd.DataFrame | None, row: int | None = None) -> None:
-    """A dotted vertical line, labelled `name -> new`, at every `user` / `auto-tune` row of
-    `changes` (`step, name, old, new, source`): the step that first used the new value."""
+def change_markers(fig: go.Figure, changes: pd.DataFrame | None, row: int | None = None,
+                   span: int | None = None) -> None:
+    """A dotted vertical line at every `user` / `auto-tune` row of `changes` (`step, name, old,
+    new, source`): the step that first used the new value. Labelled `name -> new`; changes
+    closer than `LABEL_GAP` of `span` steps (the chart's width in steps; default the changes'
+    own range) share one label ("name -> new +2 more", every change in its hover text), so
+    labels never overlap."""
     if changes is None or changes.empty:
         return
-    marked = changes[changes["source"].isin(MARKED_SOURCES)]
+    marked = changes[changes["source"].isin(MARKED_SOURCES)].sort_values("step", kind="stable")
+    if marked.empty:
+        return
     style = {"dash": "dot", "color": "crimson", "width": 1}
-    _vlines(fig, [(int(step), style,
-                   {"text": f"{plain(name)} → {_fmt(new)}", "textangle": -90,
-                    "font": {"size": 10, "color": "crimson"},
-                    "hovertext": f"{plain(source)} change at step {int(step)}"})
-                  for step, name, new, source in zip(marked["step"], marked["name"],
-                                                     marked["new"], marked["source"])],
-            "top left", row)
+    steps = marked["step"].astype(int).to_list()
+    texts = [f"{plain(name)} → {_fmt(new)}" for name, new in zip(marked["name"], marked["new"])]
+    hovers = [f"{plain(source)} change at step {step}: {text}"
+              for step, text, source in zip(steps, texts, marked["source"])]
+    gap = LABEL_GAP * max(span or (steps[-1] - steps[0]), 1)
+    lines: list[tuple[int, dict, dict | None]] = []
+    group: list[int] = []
+    for index, step in enumerate(steps + [None]):  # None closes the last group
+        if group and (step is None or step - steps[group[0]] > gap):
+            first = group[0]
+            more = f" +{len(group) - 1} more" if len(group) > 1 else ""
+            lines.append((steps[first], style, {
+                "text": texts[first] + more, "textangle": -90,
+                "font": {"size": 10, "color": "crimson"},
+                "hovertext": "<br>".join(hovers[i] for i in group)}))
+            lines += [(steps[i], style, None) for i in group[1:]]
+            group = []
+        if step is not None:
+            group.append(index)
+    _vlines(fig, lines, "top left", row)
+
+
+# Change labels closer than this fraction of the chart's width share one label.
+LABEL_GAP = 0.03
 
 
 def decimation_markers(fig: go.Figure, last_step: int) -> None:
     """A dashed grey line at every `DECIMATION_STEPS` step below `last_step`: from there on a
-    recorded train-loss point is the mean of 10x more steps (`engine.recording.stride`)."""
+    recorded train-loss point is the mean of 10x more steps (`engine.recording.stride`), so
+    the curve's noise drops there by itself; said in the legend too (one entry), so the drop is
+    not read as the effect of a live change."""
     style = {"dash": "dash", "color": "grey", "width": 1}
+    strides = [(step, stride) for step, stride in zip(DECIMATION_STEPS, (10, 100, 1_000))
+               if last_step > step]
     _vlines(fig, [(step, style, {"text": f"{stride}-step means from here",
                                  "font": {"size": 10, "color": "grey"}})
-                  for step, stride in zip(DECIMATION_STEPS, (10, 100, 1_000))
-                  if last_step > step], "bottom right")
+                  for step, stride in strides], "bottom right")
+    if strides:
+        fig.add_trace(go.Scatter(
+            x=[None], y=[None], mode="lines", line=style, hoverinfo="skip",
+            name="recording stride: "
+                 + ", ".join(f"{stride}-step means from step {step:,}" for step, stride in strides)))
 
 
 def schedule_lines(fig: go.Figure, marks: Sequence[tuple[int, str]], row: int | None = None
@@ -250,9 +281,9 @@ def loss_figure(
             x=rows["step"].to_numpy(), y=rows["value"].to_numpy(float), name="val loss",
             mode=point_mode(len(rows)), marker={"size": 5}, line={"color": qualitative.Plotly[1]},
         ))
-    change_markers(fig, changes)
-    schedule_lines(fig, schedule_marks)
     last = int(scalars["step"].max()) if scalars is not None and not scalars.empty else 0
+    change_markers(fig, changes, span=last or None)
+    schedule_lines(fig, schedule_marks)
     decimation_markers(fig, last)
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="loss", type="log" if log_y else "linear")

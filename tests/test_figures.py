@@ -262,3 +262,24 @@ def test_validation_markers_only_while_they_are_few(evaluations, mode):
     lr = figures.learning_rate_figure(recorded=pd.DataFrame(
         {"step": steps, "name": figures.EFFECTIVE_LR, "value": 0.1})).data[0]
     assert lr.mode == ("markers" if mode == "lines+markers" else "lines")
+
+
+def test_change_labels_close_together_share_one_label_and_stride_is_in_the_legend():
+    """Three changes within 3% of a 2,000-step chart get one label (every change in its
+    hover), a change far away its own; the decimation at step 1,000 is a legend entry."""
+    changes = pd.DataFrame({
+        "step": [1, 400, 410, 440, 1500], "name": ["learning_rate"] * 5,
+        "old": [None, 0.001, 0.002, 0.003, 0.004], "new": [0.001, 0.002, 0.003, 0.004, 0.005],
+        "source": ["init", "user", "user", "auto-tune", "user"]})
+    scalars = pd.DataFrame({"step": [1, 2000], "name": ["train_loss"] * 2, "value": [2.0, 1.0]})
+    fig = figures.loss_figure(scalars, changes=changes)
+    lines = [s for s in fig.layout.shapes if s.line.color == "crimson"]
+    assert [s.x0 for s in lines] == [400, 410, 440, 1500]  # one line per change
+    labels = [a for a in fig.layout.annotations if a.font.color == "crimson"]
+    assert [(a.x, a.text) for a in labels] == [(400, "learning_rate → 0.002 +2 more"),
+                                              (1500, "learning_rate → 0.005")]
+    assert labels[0].hovertext.count("<br>") == 2 and "auto-tune change at step 440" \
+        in labels[0].hovertext
+    (stride,) = [t for t in fig.data if t.name.startswith("recording stride")]
+    assert stride.name == "recording stride: 10-step means from step 1,000"
+    assert stride.line.dash == "dash"
