@@ -20,6 +20,7 @@ import pandas as pd
 import tensorflow as tf
 
 from optimizers import registry
+from optimizers.base import trace_signature
 
 Fn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
@@ -152,11 +153,14 @@ class LandscapeRunner:
             for opt, var in zip(self.optimizers, self.positions)
         ]
         self.traces = 0
+        self._jit_compile = jit_compile
+        self._signatures = [trace_signature(opt) for opt in self.optimizers]
         self._run = tf.function(self._loop, jit_compile=jit_compile, reduce_retracing=True)
 
     # ----- state --------------------------------------------------------------------------
     def set_hypers(self, label: str, hypers: dict[str, float]) -> None:
-        """`_set_hyper` every given hyperparameter of racer `label` (no retrace)."""
+        """`_set_hyper` every given hyperparameter of racer `label` (no retrace, except for a
+        change the loop baked in: see `run_arrays`)."""
         opt = self.optimizers[[r.label for r in self.racers].index(label)]
         for name, value in hypers.items():
             opt._set_hyper(name, value)
@@ -185,7 +189,16 @@ class LandscapeRunner:
         return path, f(path[..., 0], path[..., 1])
 
     def run_arrays(self, start: tuple[float, float], steps: int) -> tuple[np.ndarray, np.ndarray]:
-        """Positions [steps + 1, racers, 2] and losses [steps + 1, racers] from `start`."""
+        """Positions [steps + 1, racers, 2] and losses [steps + 1, racers] from `start`.
+
+        A hyperparameter change the compiled loop baked in (SGD's or RMSprop's momentum
+        crossing 0 selects another update: `trace_signature`) compiles the loop again first;
+        every other change is a variable the compiled loop reads."""
+        signatures = [trace_signature(opt) for opt in self.optimizers]
+        if signatures != self._signatures:
+            self._signatures = signatures
+            self._run = tf.function(self._loop, jit_compile=self._jit_compile,
+                                    reduce_retracing=True)
         self.reset(start)
         path, loss = self._run(tf.constant(int(steps), tf.int32))
         return path.numpy(), loss.numpy()

@@ -71,12 +71,24 @@ def test_new_start_steps_and_hypers_reuse_the_compiled_loop():
     first = runner.run((-4.0, 1.0), 30)
     again = runner.run((-4.0, 1.0), 30)  # reset: slots and iterations back to 0
     pd.testing.assert_frame_equal(first, again)
-    runner.set_hypers("s", {"learning_rate": 0.001, "momentum": 0.5})
+    runner.set_hypers("s", {"learning_rate": 0.001})
     other = runner.run((2.0, -1.0), 80)
     assert runner.traces == 1
     s = other[other["optimizer"] == "s"]
     assert (s["x"].iloc[0], s["y"].iloc[0]) == (2.0, -1.0) and len(s) == 81
+    # momentum crossing 0 selects another update (SGD's trace_signature): one compile more,
+    # and the path is the one of a loop compiled with that momentum from the start
+    runner.set_hypers("s", {"momentum": 0.5})
+    moved = runner.run((2.0, -1.0), 80)
+    assert runner.traces == 2
     assert runner.optimizers[1].hyper_values() == {"learning_rate": 0.001, "momentum": 0.5}
+    fresh = landscape.LandscapeRunner("ill_conditioned", [landscape.Racer("s", "sgd")])
+    fresh.set_hypers("s", {"learning_rate": 0.001, "momentum": 0.5})
+    expected = fresh.run((2.0, -1.0), 80)
+    np.testing.assert_allclose(moved[moved["optimizer"] == "s"][["x", "y"]].to_numpy(),
+                               expected[["x", "y"]].to_numpy(), rtol=1e-6)
+    assert not np.allclose(moved[moved["optimizer"] == "s"][["x", "y"]].to_numpy(),
+                           s[["x", "y"]].to_numpy())
 
 
 def test_tuning_picks_the_best_grid_value_and_sets_it():

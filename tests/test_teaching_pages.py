@@ -117,6 +117,16 @@ def test_landscape_page_runs_and_replays():
     at.number_input(key="ls_x0").set_value(0.0).run()
     start = next(t for t in figure(at, 0)["data"] if t.get("name") == "start")
     assert values(start["x"]).tolist() == [0.0]
+    # the sliders beside the plot: momentum for SGD moves its path at once, Adam's stays
+    before = {t["name"]: values(t["x"]) for t in figure(at, 0)["data"]
+              if t.get("name") in ("sgd", "adam")}
+    assert at.slider(key="ls_hp_sgd_momentum").value == 0.0
+    at.slider(key="ls_hp_sgd_momentum").set_value(0.9).run()
+    assert not at.exception, at.exception
+    after = {t["name"]: values(t["x"]) for t in figure(at, 0)["data"]
+             if t.get("name") in ("sgd", "adam")}
+    assert not np.allclose(after["sgd"], before["sgd"])
+    np.testing.assert_array_equal(after["adam"], before["adam"])
 
 
 def test_landscape_tune_sets_learning_rates():
@@ -126,7 +136,7 @@ def test_landscape_tune_sets_learning_rates():
     at.number_input(key="ls_steps").set_value(100).run()
     at.button(key="ls_tune").click().run()
     assert not at.exception, at.exception
-    lr = at.number_input(key="ls_hp_sgd_learning_rate").value
+    lr = at.select_slider(key="ls_hp_sgd_learning_rate").value
     assert 1e-4 <= lr <= 1.0 and lr != pytest.approx(1e-3)
     assert "grid" in at.markdown[-1].value or any("13 learning rates" in m.value for m in at.markdown)
 
@@ -138,7 +148,7 @@ def test_plugins_page_reports_the_examples_and_the_template(monkeypatch):
     assert any("registered as 'adabelief'" in s.value or "already registered" in s.value for s in at.success)
     assert any("not registered: failed" in w.value for w in at.warning)
     text = " ".join(c.value for c in at.caption)
-    assert "1/8 items pass" in text and "8/8 items pass" in text
+    assert "2/9 items pass" in text and "9/9 items pass" in text
 
 
 def test_plugins_page_survives_a_raising_plugin(monkeypatch):
