@@ -103,6 +103,26 @@ def check(optimizer: str, hypers: Mapping[str, float] | None = None,
         rel_err_forward_reverse <= FORWARD_REVERSE_TOLERANCE and rel_err_forward_fd <=
         FORWARD_FD_TOLERANCE.
     """
+    model, opt, (xt, yt, xv, yv), batches = _problem(
+        optimizer, hypers or {}, options or {}, steps, dtype, seed, lr_schedule, decay)
+    return compare(model, opt, xt, yt, xv, yv, batches)
+
+
+def compare(model: tf_keras.Model, opt: Any, xt: tf.Tensor, yt: tf.Tensor, xv: tf.Tensor,
+            yv: tf.Tensor, batches: list[np.ndarray]) -> pd.DataFrame:
+    """Forward, reverse and finite-difference hyper-gradients of every parameter of `opt`
+    over the steps on `batches` from the model's and optimizer's current state.
+
+    Args:
+        model, opt: a model whose variables (and `opt`'s slots) hold the start state; `opt` a
+            `RuleOptimizer` with its slots created. Both are trained by the check (use copies).
+        xt, yt: training inputs [n, ...] and int labels [n]; `batches` index them, one int32
+            array [batch] per step.
+        xv, yv: validation inputs and labels: E = their mean cross-entropy after the steps.
+
+    Returns:
+        As `check`.
+    """
     import tensorflow as tf
 
     from hypergrad.forward import ForwardModeTrainer
@@ -114,8 +134,6 @@ def check(optimizer: str, hypers: Mapping[str, float] | None = None,
         reverse_hypergradient,
     )
 
-    model, opt, (xt, yt, xv, yv), batches = _problem(
-        optimizer, hypers or {}, options or {}, steps, dtype, seed, lr_schedule, decay)
     start = read_state(model, opt)
     trainer = ForwardModeTrainer(model, opt, _every_parameter(model, opt), xt, yt, xv, yv)
     plan, followed = trainer.plan, trainer.followed

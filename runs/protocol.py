@@ -157,6 +157,13 @@ class ResponseSlice(Payload):
     points: StrictInt | None = SLICE_POINTS
 
 
+class CheckHypergradients(Payload):
+    """`check_hypergradients`: forward = reverse = finite differences on a float64 copy of the
+    run over its next `horizon` steps (`hypergrad.run_check`); the range is the service's."""
+
+    horizon: StrictInt = Field(...)
+
+
 PAYLOADS: dict[str, type[Payload]] = {
     "set_hyper": SetHyper,
     "autotune": Autotune,
@@ -166,6 +173,7 @@ PAYLOADS: dict[str, type[Payload]] = {
     "stop": NoPayload,
     "step": NoPayload,
     "set_speed": SetSpeed,
+    "check_hypergradients": CheckHypergradients,
 }
 COMMAND_KINDS = tuple(PAYLOADS)
 

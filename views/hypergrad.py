@@ -114,6 +114,21 @@ def on_slice(run_id: int) -> None:
     state["hg_messages"] = [("info", f"response slice requested (command {command})")]
 
 
+def on_check_run(run_id: int) -> None:
+    from runs.service import control
+
+    state = st.session_state
+    try:
+        command = control.check_hypergradients(store(), run_id,
+                                               int(state[f"hg_check_horizon_{run_id}"]),
+                                               caller=session_runs.caller())
+    except (KeyError, ValueError) as error:  # NotOwner is a ValueError
+        state["hg_check_messages"] = [("error", str(error.args[0] if error.args else error))]
+        return
+    state["hg_check_messages"] = [("info", f"check of run #{run_id} sent (command {command}): "
+                                           "the run pauses for it; the table below updates")]
+
+
 # ----- sections -------------------------------------------------------------------------------
 def autotune_controls(run: dict[str, Any]) -> None:
     rid, specs = run["id"], run_specs(run)
@@ -158,6 +173,44 @@ def slice_controls(run: dict[str, Any]) -> None:
                  width="stretch")
 
 
+def correctness_result(result: dict[str, Any]) -> None:
+    """A check's verdict and its table (`hypergrad.correctness` / `run_check` JSON)."""
+    table = hf.correctness_table(result)
+    if result["passed"]:
+        st.success(f"PASS · all {len(table)} parameters within tolerance")
+    else:
+        failed = ", ".join(table.loc[~table["passed"], "hyperparameter"])
+        st.error(f"FAIL · {failed} outside tolerance")
+    st.dataframe(table, hide_index=True, width="stretch", column_config={
+        c: st.column_config.NumberColumn(format="%.6e")
+        for c in ("forward", "reverse", "finite_difference", "rel_err_forward_reverse",
+                  "rel_err_forward_fd")})
+
+
+def run_check_panel(run: dict[str, Any]) -> None:
+    """The check on the user's own run: a float64 copy of it from its current state, over its
+    next few batches (`hypergrad.run_check`), sent as a command to the run's process."""
+    rid = run["id"]
+    st.markdown(f"**On run #{rid} itself**: its model ({run['config'].get('model')}), its "
+                "weights, slots and hyperparameters now, copied in float64; the copy trains its "
+                "next batches, the run does not move.")
+    steerable = run["status"] in ACTIVE_STATUSES and session_runs.owns(run)
+    left, right = st.columns([2, 1], vertical_alignment="bottom")
+    left.number_input("horizon (steps of the copy)", 1, 20, 5, key=f"hg_check_horizon_{rid}",
+                      disabled=not steerable)
+    right.button("Check my run", key=f"hg_check_run_{rid}", on_click=on_check_run,
+                 args=(rid,), disabled=not steerable, width="stretch",
+                 help="only the owner of an active run may send it a check")
+    for level, text in st.session_state.get("hg_check_messages", []):
+        getattr(st, level)(text)
+    result = run.get("correctness_check") or {}
+    if result.get("rows"):
+        st.caption(f"copy of step {result.get('step', 0):,}, {result.get('horizon')} steps, "
+                   f"{result.get('seconds', 0):.1f} s; learning rate "
+                   f"{result.get('learning_rate', '')}")
+        correctness_result(result)
+
+
 def correctness_panel(run: dict[str, Any] | None) -> None:
     st.subheader("Correctness: forward = reverse = finite differences")
     config = run["config"] if run else {"optimizer": registry.DEFAULT_OPTIMIZER}
@@ -165,6 +218,9 @@ def correctness_panel(run: dict[str, Any] | None) -> None:
         st.info(f"{config['optimizer']} is a wrapper that overrides apply_gradients, not a pure "
                 "update rule: it has no hyper-gradients to check.")
         return
+    if run is not None:
+        run_check_panel(run)
+        st.markdown("**On a smooth toy problem** (the same optimizer and hyperparameters):")
     st.caption(f"{config['optimizer']} with the run's hyperparameters "
                f"{json.dumps(config.get('hyperparameters', {}))}, learning rate "
                f"{hf.learning_rate_text(config.get('lr_schedule'), config.get('decay') or 0.0)}, "
@@ -181,16 +237,7 @@ def correctness_panel(run: dict[str, Any] | None) -> None:
         if "error" in result:
             st.error(result["error"])
         else:
-            table = hf.correctness_table(result)
-            if result["passed"]:
-                st.success(f"PASS · all {len(table)} parameters within tolerance")
-            else:
-                failed = ", ".join(table.loc[~table["passed"], "hyperparameter"])
-                st.error(f"FAIL · {failed} outside tolerance")
-            st.dataframe(table, hide_index=True, width="stretch", column_config={
-                c: st.column_config.NumberColumn(format="%.6e")
-                for c in ("forward", "reverse", "finite_difference", "rel_err_forward_reverse",
-                          "rel_err_forward_fd")})
+            correctness_result(result)
     with st.expander("Why not check a ReLU + Adam run with finite differences?"):
         st.markdown(FD_EXPLANATION)
 

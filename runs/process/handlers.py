@@ -29,8 +29,9 @@ from typing import TYPE_CHECKING
 
 from engine.record_rows import HyperChangeRow
 from optimizers.hyperparams import InvalidHyperparameter
-from runs.protocol import (SCHEDULE_NAMES, SLICE_HORIZON, SLICE_POINTS, Autotune, NoPayload,
-                           Refused, ResponseSlice, SetHyper, SetSpeed)
+from runs.protocol import (SCHEDULE_NAMES, SLICE_HORIZON, SLICE_POINTS, Autotune,
+                           CheckHypergradients, NoPayload, Refused, ResponseSlice, SetHyper,
+                           SetSpeed)
 
 if TYPE_CHECKING:
     from runs.process.run_loop import Handler, RunLoop
@@ -153,6 +154,18 @@ def _response_slice(run: RunLoop, command_id: int, payload: ResponseSlice) -> No
     run.flush(wait=True)  # the rows are readable once the command reads `done`
 
 
+def _check_hypergradients(run: RunLoop, command_id: int, payload: CheckHypergradients) -> None:
+    """The correctness check on a float64 copy of this run (`hypergrad.run_check`); the run
+    waits for it (seconds) and does not move. The result goes to `runs.correctness_check`."""
+    from hypergrad.run_check import as_record, check_run
+
+    try:
+        frame = check_run(run.engine, payload.horizon)
+    except (ValueError, KeyError, TypeError) as error:
+        raise Refused(f"check_hypergradients refused: {_message(error)}") from None
+    run.store.update_run(run.run_id, correctness_check=as_record(frame))
+
+
 def _pause(run: RunLoop, command_id: int, payload: NoPayload) -> None:
     run.paused = True
     run.single_steps = 0
@@ -193,4 +206,5 @@ HANDLERS: dict[str, Handler] = {
     "stop": _stop,
     "step": _step,
     "set_speed": _set_speed,
+    "check_hypergradients": _check_hypergradients,
 }

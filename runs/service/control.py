@@ -347,6 +347,33 @@ def response_slice(store: RunStore, run_id: int, name: str, horizon: int = 20,
                               {"name": name, "horizon": horizon, "points": points})
 
 
+# The horizon of a correctness check on a copy of a run (`hypergrad.run_check`, which holds the
+# same range: this module stays TensorFlow-free).
+CHECK_HORIZONS = (1, 20)
+
+
+def check_hypergradients(store: RunStore, run_id: int, horizon: int = 5,
+                         caller: Caller = LOCAL) -> int:
+    """Queue `check_hypergradients`: forward = reverse = finite differences on a float64 copy
+    of the run over its next `horizon` steps; the result lands in the run's
+    `correctness_check`. Returns the command id.
+
+    Raises:
+        NotOwner: `caller` does not own the run.
+        ValueError: the run is not active, `horizon` outside `CHECK_HORIZONS`, or a check of
+            this run is already pending.
+    """
+    _active_run(store, run_id, caller, "check_hypergradients")
+    low, high = CHECK_HORIZONS
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or not low <= horizon <= high:
+        raise ValueError(f"horizon={horizon!r} refused: must be an integer in [{low}, {high}] "
+                         "steps")
+    if store.pending_count("check_hypergradients", run_id=run_id):
+        raise ValueError(f"check_hypergradients of run #{run_id} refused: a check of this run "
+                         "is already pending; wait for it")
+    return store.send_command(run_id, "check_hypergradients", {"horizon": horizon})
+
+
 def rename(store: RunStore, run_id: int, name: str, caller: Caller = LOCAL) -> None:
     """Rename a run (owner or teacher; a teacher's rename is recorded).
 

@@ -119,6 +119,8 @@ CREATE INDEX IF NOT EXISTS workers_state ON workers (state);
 # `taken_at - created` is the wait from Start to a process able to build the run.
 ADDED_RUN_COLUMNS = (
     ("hypergradient_meta", "TEXT NOT NULL DEFAULT '{}'"),
+    # the last correctness check on a copy of the run (`hypergrad.run_check.as_record`)
+    ("correctness_check", "TEXT NOT NULL DEFAULT '{}'"),
     ("viewer_heartbeat", "REAL"),
     ("on_tab_close", "TEXT NOT NULL DEFAULT 'finish'"),
     ("owner", "TEXT"),
@@ -129,4 +131,4 @@ ADDED_RUN_COLUMNS = (
     ("hyper_kinds", "TEXT NOT NULL DEFAULT '[]'"),
 )
 JSON_RUN_COLUMNS = ("config", "optimizer_config", "hyper_variables", "versions",
-                    "hypergradient_meta", "hyper_kinds")
+                    "hypergradient_meta", "hyper_kinds", "correctness_check")
