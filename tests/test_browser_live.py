@@ -24,6 +24,9 @@ def test_setup_survives_navigation_and_step_advances_one_step(tmp_path):
         page.get_by_role("button", name="Start", exact=True).wait_for()
         set_number(page, "learning_rate", "5.00e-3")
         set_number(page, "steps", "2500")
+        # the server has taken the value once the URL (kept equal to the Setup) says it; a
+        # page switch sent before that rerun ends would drop the value with the rerun
+        page.wait_for_url(re.compile(r"steps=2500"))
         page.get_by_test_id("stSidebarNavItems").get_by_role("link", name="Runs", exact=True).click()
         page.wait_for_url(re.compile(r"/runs"))
         idle(page)
