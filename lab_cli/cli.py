@@ -21,8 +21,9 @@ option (`--amsgrad`, `--nesterov`, `--inner`, ...); the values go through the on
 (`settings.decode`) that the share link and the config file use too. Any refusal (a bad value,
 an unknown name, a missing or unreadable file, a store that is not one, a bad
 `OPTIMIZER_LAB_POOL_SIZE`, a run that cannot be continued) is ONE line on stderr,
-`optimizer-lab <command>: error: argument --flag: ... allowed ...`, exit status 2, no traceback. `import` takes a config JSON or an
-exported run zip. The run's exit status is 0 when it finished, 1 otherwise.
+`optimizer-lab <command>: error: argument --flag: ... allowed ...`, exit status 2, no
+traceback. `import` takes a config JSON or an exported run zip. The run's exit status is 0
+when it finished, 1 otherwise.
 
 `train --continue RUN_ID` resumes an interrupted or stopped run (or one that failed because
 the store could not be written) from its last checkpoint, under the same id, with its own config
