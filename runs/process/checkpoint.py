@@ -29,8 +29,12 @@ and recorded as a `checkpoint_failed` run event once per distinct reason, and th
 on. A run that follows hyper-gradients is not checkpointed: its forward-mode tangents and
 reverse-mode windows are not part of this state (Continue refuses it, naming why).
 
-Cost (digits MLP, Adam, float32, 2-core machine): see `README`/the report; measured by
-tests/test_checkpoints.py's `test_checkpoint_cost_is_small`.
+Cost, the default run (digits MLP, ~85k parameters, Adam, float32; 2-core machine shared with
+other test runs, load 27-51): 1.04 MB per checkpoint; capture (variables to NumPy) 2-9 ms,
+write + fsync + rename 6-55 ms, a whole `save` (with the drained flush) 10-80 ms, min-median
+over 30 saves. Every 5 s that is 0.2-1.6 % of the run's time; most of it is the `fsync`, which
+makes the checkpoint survive a machine crash, not only a killed process
+(tests/test_checkpoints.py `test_checkpoint_cost_and_a_full_disk` holds the median under 0.25 s).
 """
 
 from __future__ import annotations

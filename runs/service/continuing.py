@@ -12,7 +12,10 @@ is refused with a `ValueError` (`NotOwner` for ownership) naming the run and why
 The run goes on under the SAME id: its curves, its live changes and its links (the Train page,
 a shared challenge board) stay those of one run, and the Runs page needs no stitching of two
 rows. What happened is recorded with the run: a `continue` run event whose detail is
-"continued from step k; n steps since the last checkpoint were lost" (`notes`).
+"continued from step k; n steps since the last checkpoint were lost" (`notes`), where n is the
+last step the store recorded (`runs.step`) minus k. Steps trained after the last record batch
+(at most `runs.process.run_loop.FLUSH_EVERY_S` of training) never reached the store and are
+not counted: the store cannot know them.
 
 Records after the checkpoint's step k that were committed before the interruption are DROPPED
 (every record table, rows with step > k), in the same transaction that requeues the run: the
