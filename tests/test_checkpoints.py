@@ -241,7 +241,7 @@ def test_the_cli_refuses_continue_with_config_flags_or_an_unknown_run(store, cap
             cli.main(["train", *argv, "--store", str(store.path)])
         assert exit_.value.code == 2
         err = capsys.readouterr().err
-        assert f"error: argument --continue: " in err and fragment in err, err
+        assert "error: argument --continue: " in err and fragment in err, err
 
 
 @pytest.mark.slow

@@ -111,7 +111,9 @@ def write_atomic(path: Path, arrays: Mapping[str, np.ndarray], meta: Mapping[str
         with open(temporary, "wb") as handle:
             # uncompressed: the weights of a small model do not compress much and zlib would
             # cost more time than the disk write it saves
-            np.savez(handle, **{META: np.array(json.dumps(dict(meta)))}, **arrays)
+            members = {META: np.array(json.dumps(dict(meta))), **arrays}
+            # NumPy's stubs type `**kwds` like its `allow_pickle: bool` keyword
+            np.savez(handle, **members)  # type: ignore[arg-type]
             handle.flush()
             os.fsync(handle.fileno())  # on disk before the rename makes it the latest
         size = temporary.stat().st_size
