@@ -3,7 +3,8 @@
 `show(run, mine)` draws, for the managed run, the "Continue from step k" button (owner only;
 an interrupted run, a stopped run, or a run that failed because the store could not be written,
 with a checkpoint; see `runs.service.continuing`) and, for a run that was continued, its notes
-("continued from step k; n steps since the last checkpoint were lost"). The button's refusal
+("continued from step k; n steps since the last checkpoint were lost") and the last checkpoint
+that could not be written (a full disk), if any. The button's refusal
 reason is its help text when it is disabled; a refusal at click time (the status changed
 meanwhile) is shown as the page's message.
 """
@@ -36,6 +37,9 @@ def show(run: dict[str, Any], mine: bool) -> None:
     run_id = run["id"]
     for text in continuing.notes(store(), run_id):
         st.caption(f"Run #{run_id} {text}.")
+    failed = continuing.checkpoint_failures(store(), run_id)
+    if failed:  # e.g. a full disk: Continue would resume from the older checkpoint
+        st.warning(f"Run #{run_id}: {failed[-1]}", icon=":material/save:")
     if run["status"] not in continuing.CONTINUABLE:
         return
     step = continuing.checkpoint_step(store(), run)

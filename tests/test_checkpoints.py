@@ -300,6 +300,9 @@ def test_the_runs_page_continues_an_interrupted_run_of_its_owner(store, ended_ru
 
     token = "c" * 43
     store.update_run(ended_run, owner=Caller(token).owner)
+    store.add_event(ended_run, files.FAILED_EVENT, "", "the checkpoint at step 25 was not "
+                    "written ([Errno 28] No space left on device); the checkpoint at step 20 "
+                    "is kept")
     monkeypatch.setattr(pool, "dispatch", lambda store, size=None: [])  # no process here
     stranger = page_test("runs")
     stranger.session_state[session_runs._TOKEN] = "s" * 43
@@ -312,6 +315,7 @@ def test_the_runs_page_continues_an_interrupted_run_of_its_owner(store, ended_ru
     at.run()
     button = at.button(key=f"runs_continue_{ended_run}")
     assert button.label == "Continue from step 20" and not button.disabled
+    assert "No space left on device); the checkpoint at step 20 is kept" in at.warning[0].value
     button.click().run()
     assert not at.exception, at.exception
     lost = "continued from step 20; 10 steps since the last checkpoint were lost"

@@ -50,7 +50,7 @@ import numpy as np
 from engine.prepared import _state as engine_variables
 from optimizers.base import trace_signature
 from runs.store import checkpoint_files as files
-from runs.store.checkpoint_files import CheckpointError
+from runs.store.checkpoint_files import FAILED_EVENT, CheckpointError
 
 if TYPE_CHECKING:
     from runs.process.run_loop import RunLoop
@@ -223,7 +223,7 @@ class Checkpointer:
             return
         _log(f"run {self.run.run_id}: {reason}")
         try:
-            self.run.store.add_event(self.run.run_id, "checkpoint_failed", "", reason[:500])
+            self.run.store.add_event(self.run.run_id, FAILED_EVENT, "", reason[:500])
         except Exception:  # noqa: BLE001 - the store may sit on the same full disk
             pass
 

@@ -42,7 +42,7 @@ from runs.protocol import QUEUED
 from runs.service import ownership, pool
 from runs.service.ownership import LOCAL, Caller
 from runs.store import checkpoint_files as files
-from runs.store.checkpoint_files import CheckpointError
+from runs.store.checkpoint_files import FAILED_EVENT, CheckpointError
 from runs.store.processes import same_process_alive
 from runs.store.run_store import RunStore
 
@@ -117,6 +117,13 @@ def notes(store: RunStore, run_id: int) -> list[str]:
     """The continue notes of a run, oldest first (`run_events` of kind `continue`)."""
     events = store.events(run_id)
     return [str(detail) for detail in events.loc[events["kind"] == EVENT, "detail"]]
+
+
+def checkpoint_failures(store: RunStore, run_id: int) -> list[str]:
+    """Why checkpoints of the run could not be written, oldest first (`checkpoint_failed` run
+    events, one per distinct cause, written by the run process)."""
+    events = store.events(run_id)
+    return [str(detail) for detail in events.loc[events["kind"] == FAILED_EVENT, "detail"]]
 
 
 def continue_run(store: RunStore, run_id: int, caller: Caller = LOCAL,

@@ -48,6 +48,7 @@ LATEST = "latest.npz"
 MARKER = "continue.json"
 META = "meta"  # the member of the .npz that holds the JSON document
 FORMAT = 1  # `meta["format"]`: a reader refuses other versions
+FAILED_EVENT = "checkpoint_failed"  # the `run_events` kind of a checkpoint that was not written
 
 
 class CheckpointError(ValueError):
