@@ -2,6 +2,7 @@
 
     optimizer-lab train --optimizer adam --learning-rate 0.01 --dataset digits \\
         --steps 500 --seed 0 [--config FILE.json] [--store PATH] [--name TEXT]
+    optimizer-lab train --continue RUN_ID [--store PATH]
     optimizer-lab list [--store PATH]
     optimizer-lab export RUN_ID --out DIR [--store PATH] [--no-tensorboard]
     optimizer-lab import FILE.json|RUN.zip [--store PATH]
@@ -19,9 +20,14 @@ hyperparameter from the registry's `HyperSpec`s (`--learning-rate`, `--beta-1`, 
 option (`--amsgrad`, `--nesterov`, `--inner`, ...); the values go through the one decoder
 (`settings.decode`) that the share link and the config file use too. Any refusal (a bad value,
 an unknown name, a missing or unreadable file, a store that is not one, a bad
-`OPTIMIZER_LAB_POOL_SIZE`) is ONE line on stderr, `optimizer-lab <command>: error:
-argument --flag: ... allowed ...`, exit status 2, no traceback. `import` takes a config JSON or an
-exported run zip. The run's exit status is 0 when it finished, 1 otherwise.
+`OPTIMIZER_LAB_POOL_SIZE`, a run that cannot be continued) is ONE line on stderr,
+`optimizer-lab <command>: error: argument --flag: ... allowed ...`, exit status 2, no
+traceback. `import` takes a config JSON or an exported run zip. The run's exit status is 0
+when it finished, 1 otherwise.
+
+`train --continue RUN_ID` resumes an interrupted or stopped run (or one that failed because
+the store could not be written) from its last checkpoint, under the same id, with its own config
+(no config flags; `runs.service.continuing`), then follows it like a new run.
 
 Plugins: `--optimizer NAME` for a name that is not built in loads the plugins folder first
 (`--plugins DIR`, `$OPTIMIZER_LAB_PLUGINS`, default `./plugins`; each file imported in a
@@ -98,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start from this config JSON (an export or a bare RunConfig) or "
                             "exported run zip")
     add_run_flags(train)  # generated from the settings table (settings.cli_flags)
+    train.add_argument("--continue", dest="continue_id", type=int, default=None,
+                       metavar="RUN_ID",
+                       help="resume this interrupted or stopped run from its last checkpoint "
+                            "(same id, its own config: no config flags)")
     _store_argument(train)
     _run_arguments(train)
 
@@ -215,16 +225,44 @@ def final_scalars(store: RunStore, run_id: int) -> str:
 
 def run_config(config: RunConfig, store: RunStore, args: argparse.Namespace) -> int:
     """Start `config` as a run and (unless `--detach`) follow it; returns the exit status."""
-    from runs.service import control, waiting
+    from runs.service import control
 
     run_id = control.start_run(config, store, name=args.name)
     print(f"run {run_id} started: {config.optimizer} on {config.dataset}/{config.model}, "
           f"{config.steps} steps, seed {config.seed} (store {store.path})", file=sys.stderr)
+    return follow(store, run_id, config.steps, args)
+
+
+def continue_run(store: RunStore, args: argparse.Namespace,
+                 parser: argparse.ArgumentParser) -> int:
+    """`train --continue RUN_ID`: requeue the run from its checkpoint
+    (`runs.service.continuing.continue_run`) and (unless `--detach`) follow it; returns the exit
+    status. A refusal is `parser.error` naming `--continue`, the run and why."""
+    from runs.service import continuing
+
+    run_id = args.continue_id
+    try:
+        done = continuing.continue_run(store, run_id)
+    except KeyError as error:
+        parser.error(f"argument --continue: {error.args[0]}")
+    except ValueError as error:
+        parser.error(f"argument --continue: {error}")
+    total = int(store.run(run_id)["total_steps"])
+    print(f"run {run_id} {done.note}; it trains on to step {total} (store {store.path})",
+          file=sys.stderr)
+    return follow(store, run_id, total, args)
+
+
+def follow(store: RunStore, run_id: int, total: int, args: argparse.Namespace) -> int:
+    """Follow a started run to its end with a progress bar (or return at once with `--detach`);
+    Ctrl-C stops it. Returns the exit status (0 when it finished)."""
+    from runs.service import control, waiting
+
     if args.detach:
         print(run_id)
         return 0
     try:
-        run = _progress(store, run_id, config.steps, show=not args.no_progress)
+        run = _progress(store, run_id, total, show=not args.no_progress)
     except KeyboardInterrupt:
         print(f"\nstopping run {run_id}...", file=sys.stderr)
         try:
@@ -324,6 +362,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(getattr(args, "name", "")) > MAX_NAME_CHARS:
         parser.error(f"argument --name: {len(args.name)} characters refused; allowed: at most "
                      f"{MAX_NAME_CHARS}")
+    if args.command == "train" and args.continue_id is not None:
+        given = [field for field, value in values_from_args(args).items()
+                 if not (isinstance(value, dict) and not value)]
+        if given or args.config is not None:
+            parser.error(f"argument --continue: refused with {', '.join(given) or '--config'}: a "
+                         "continued run keeps its own config (no config flags)")
+        check_environment(parser)
+        return continue_run(open_store(args, parser), args, parser)
     if args.command == "train":
         config = config_from_args(args, parser)  # before the store: a refusal touches nothing
         check_environment(parser)

@@ -36,6 +36,20 @@ def fake_run(store: RunStore, owner: Caller | None = ALICE, status: str = "runni
     return run_id
 
 
+def _continue(store: RunStore, run_id: int, caller: Caller):
+    """Continue needs an interrupted run with a checkpoint, no process (the fake run's pid is
+    this test's own) and no hyper-gradients: made so here, then `continuing.continue_run` (left
+    queued)."""
+    from runs.service import continuing
+    from runs.store import checkpoint_files as files
+
+    store.update_run(run_id, status="interrupted", pid=None,
+                     config=RunConfig(steps=1000).to_json_dict())
+    files.write_atomic(files.latest_path(store.path, run_id), {}, {
+        "format": files.FORMAT, "step": 0, "run_created": store.run(run_id)["created"]})
+    return continuing.continue_run(store, run_id, caller=caller, dispatch=False)
+
+
 # action -> (needs an ended run, how the caller does it)
 COMMANDS = {
     "set_hyper": (False, lambda s, r, c: control.set_hyper(s, r, "learning_rate", 0.01,
@@ -46,9 +60,12 @@ COMMANDS = {
     "autotune": (False, lambda s, r, c: control.autotune(s, r, "learning_rate", 0.1, caller=c)),
     "response_slice": (False, lambda s, r, c: control.response_slice(s, r, "learning_rate",
                                                                      caller=c)),
+    "check_hypergradients": (False, lambda s, r, c: control.check_hypergradients(
+        s, r, 3, caller=c)),
     "rename": (False, lambda s, r, c: control.rename(s, r, "renamed", caller=c)),
     "delete": (True, lambda s, r, c: control.delete(s, r, caller=c)),
     "take_control": (False, lambda s, r, c: control.take_control(s, r, c)),
+    "continue": (True, _continue),
 }
 
 
@@ -75,6 +92,9 @@ def test_a_stranger_is_refused_and_the_owner_accepted(store, action):
         assert store.run(run_id)["name"] == "renamed"
     elif action == "take_control":
         assert store.run(run_id)["owner"] == ALICE.owner and store.events(run_id).empty
+    elif action == "continue":
+        assert store.run(run_id)["status"] == "queued"
+        assert list(store.events(run_id)["kind"]) == ["continue"]
     else:
         assert list(store.commands(run_id)["kind"]) == [action]
 
@@ -167,7 +187,7 @@ def test_teacher_may_stop_rename_delete_and_it_is_recorded(store, monkeypatch):
     assert list(store.events(running)["kind"]) == ["teacher_stop"]
     assert list(store.events(ended)["kind"]) == ["teacher_rename", "teacher_delete"]
     assert set(store.events(ended)["actor"]) == {teacher.owner}
-    for steer in ("set_hyper", "pause", "autotune", "response_slice"):  # steering stays the owner's
+    for steer in ("set_hyper", "pause", "autotune", "response_slice", "continue"):  # the owner's
         with pytest.raises(NotOwner):
             COMMANDS[steer][1](store, running, teacher)
 

@@ -18,6 +18,7 @@ from components.store_guard import guard_page
 from components import lesson_panel
 from components import links
 from components import run_figures as rf
+from components import run_continue
 from components.charts import chart
 from components import session_runs
 from components.figures import DISPLAY_POINTS
@@ -284,6 +285,7 @@ def manage(table: pd.DataFrame) -> None:
             st.button("Take control", key=f"runs_adopt_{run_id}", on_click=on_take_control,
                       args=(run_id,), help="nobody answers for this run (no owner, or its owner's "
                       "browser has been gone for long); the takeover is recorded with the run")
+    run_continue.show(run, mine)  # Continue an ended run from its last checkpoint
     left, middle, right = st.columns(3)
     with left:
         st.markdown("**Rename**")

@@ -115,6 +115,7 @@ class RunLoop:
         self._writer.start()
         self._poll_con: sqlite3.Connection | None = None  # opened by the first poll
         self.after_first_step: Callable[[], None] | None = None  # e.g. lower the priority
+        self.after_step: Callable[[], None] | None = None  # e.g. a checkpoint every few s
 
     # ----- store ------------------------------------------------------------------------
     def _write_loop(self) -> None:
@@ -284,6 +285,8 @@ class RunLoop:
             self.save_meta()
             if self.after_first_step is not None:
                 self.after_first_step()
+        if self.after_step is not None:
+            self.after_step()
 
     def effective_lr(self) -> float | None:
         """The learning rate the next step uses (`_decayed_lr`), recorded for every run so the

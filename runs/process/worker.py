@@ -32,6 +32,7 @@ import numpy as np
 from engine import recording
 from engine.record_rows import HyperChangeRow
 from optimizers import plugin_discovery as plugins
+from runs.process import checkpoint
 from runs.process.handlers import HANDLERS
 from runs.process.run_loop import Diverged, Heartbeat, RunLoop
 from runs.store.files import StoreUnavailable, keep_last_words
@@ -139,6 +140,7 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
             for name, value in engine.optimizer.hyper_values().items()
         ]
         run.evaluate(0)
+        checkpoint.attach(run)  # a continued run restores its checkpoint here
         run.flush()
         run.save_optimizer()
         run.poll()  # commands queued with the run (its starting pace) act before step 1
@@ -148,6 +150,7 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         except Diverged as diverged:
             status, message = "diverged", str(diverged)
         run.flush(wait=True)
+        checkpoint.at_end(run, status)
         run.save_meta()
         for command in store.pending(run_id):
             store.finish_command(command["id"], "refused", f"the run {status} at step {run.step}")

@@ -6,7 +6,8 @@ The policy:
 * Everyone may SEE every run (the runs list, curves, comparisons).
 * Only the run's owner - the browser session that started it, identified by its `Caller.owner`
   id stored in `runs.owner` at `start_run` - may steer it (`set_hyper`, `pause`, `resume`,
-  `stop`, `autotune`, `response_slice`) or `rename` / `delete` it.
+  `stop`, `autotune`, `response_slice`, `continue` an ended run from its checkpoint) or
+  `rename` / `delete` it.
 * After a reload the same browser regains its runs by itself (its token cookie,
   `components.session_runs`); another browser cannot take a run over.
 * `take_control` makes the caller the owner only of a run that nobody can answer for: a run
@@ -36,7 +37,7 @@ from runs.protocol import LIVE_STATUSES
 from runs.store.run_store import RunStore
 
 STEER_ACTIONS = ("set_hyper", "pause", "resume", "stop", "autotune", "response_slice",
-                 "check_hypergradients")
+                 "check_hypergradients", "continue")
 ACTIONS = STEER_ACTIONS + ("rename", "delete", "take_control")
 TEACHER_ACTIONS = ("stop", "rename", "delete")
 TEACHER_SECRET_ENV = "OPTIMIZER_LAB_TEACHER_SECRET"
