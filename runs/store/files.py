@@ -1,8 +1,9 @@
 """Where the run store lives and what happens when it cannot be written.
 
 `data_dir()` / `default_store_path()` resolve `$OPTIMIZER_LAB_HOME` (default `~/.optimizer-lab`);
-`StoreUnavailable` turns SQLite's and the OS's errors for a read-only or full data directory
-into one message that names the directory and says what to do.
+`default_store()` is `$OPTIMIZER_LAB_STORE` (a PostgreSQL URL, `runs.store.connection`) when set,
+else that file. `StoreUnavailable` turns SQLite's and the OS's errors for a read-only or full data
+directory (and an unreachable PostgreSQL server) into one message that says what to do.
 """
 
 from __future__ import annotations
@@ -32,9 +33,18 @@ def default_store_path() -> Path:
     return data_dir() / "runs.sqlite"
 
 
+STORE_ENV = "OPTIMIZER_LAB_STORE"
+
+
+def default_store() -> str | Path:
+    """Where the store is: `$OPTIMIZER_LAB_STORE` when set (a `postgresql://` URL, or a SQLite
+    file), else `default_store_path()`."""
+    return os.environ.get(STORE_ENV, "").strip() or default_store_path()
+
+
 class StoreUnavailable(sqlite3.OperationalError):
     """The store cannot be written (or opened): its data directory is read-only, the disk is
-    full, or the file cannot be opened. The message says which, names the directory and what
+    full, the file cannot be opened, or its PostgreSQL server cannot be reached. The message says which, names the directory and what
     to do; pages show it in one line (`components.store_guard`) and work again as soon as the
     directory is writable (every call opens its own connection)."""
 
