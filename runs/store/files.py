@@ -45,8 +45,9 @@ def default_store() -> str | Path:
 class StoreUnavailable(sqlite3.OperationalError):
     """The store cannot be written (or opened): its data directory is read-only, the disk is
     full, the file cannot be opened, or its PostgreSQL server cannot be reached. The message
-    says which, names the directory (or the server) and what to do; pages show it in one line (`components.store_guard`) and work again as soon as the
-    directory is writable (every call opens its own connection)."""
+    says which, names the directory (or the server) and what to do; pages show it in one
+    line (`components.store_guard`) and work again as soon as the directory is writable or
+    the server is back (every call opens its own connection)."""
 
 
 _UNAVAILABLE_ERRORS = ("full", "readonly", "read-only", "unable to open", "disk i/o error")
