@@ -24,9 +24,9 @@ REVERSE = RunConfig(**TINY, steps=10, hypergradients=["learning_rate"], reverse_
 
 
 @pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    return RunStore()
+def store(any_store):
+    """A fresh store, once on SQLite and once on PostgreSQL (tests/conftest.py)."""
+    return any_store
 
 
 def test_estimates_match_the_measured_sizes():

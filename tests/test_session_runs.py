@@ -26,10 +26,11 @@ TRAIN = "train"  # the app opens on Home; these tests drive the Train page
 
 
 @pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+def store(any_store, monkeypatch):
+    """A fresh store, once on SQLite and once on PostgreSQL (tests/conftest.py); the pages
+    under AppTest open it too (`OPTIMIZER_LAB_STORE`)."""
     monkeypatch.delenv(ownership.TAKEOVER_ENV, raising=False)
-    return RunStore()
+    return any_store
 
 
 def running_run(store: RunStore, owner: str | None = None) -> int:

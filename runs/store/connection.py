@@ -55,6 +55,9 @@ URL_PREFIXES = ("postgresql://", "postgres://")
 # write lock, as SQLite's `BEGIN IMMEDIATE` (any fixed 64-bit number; this one spells "optlab").
 WRITE_LOCK_KEY = 0x6F70746C6162
 POOL_MAX = 10  # connections per process: Streamlit's script threads plus a run loop's flusher
+# How long a call waits for a pooled connection (s): past it, an unreachable server is reported
+# as `StoreUnavailable` (the pages show one line) rather than hanging the page.
+POOL_TIMEOUT_S = 10.0
 
 
 def is_url(location: str | os.PathLike | None) -> bool:
@@ -184,7 +187,7 @@ def _pool(url: str) -> Any:
         if pool is None:
             from psycopg_pool import ConnectionPool
 
-            pool = ConnectionPool(url, min_size=1, max_size=POOL_MAX, timeout=30.0,
+            pool = ConnectionPool(url, min_size=1, max_size=POOL_MAX, timeout=POOL_TIMEOUT_S,
                                   open=True, name="optimizer-lab-store")
             _POOLS[key] = pool
     return pool
@@ -237,8 +240,14 @@ class Backend:
         if isinstance(error, StoreUnavailable) or psycopg is None or not isinstance(
                 error, psycopg.OperationalError):
             return None
+        reason = str(error)
+        if type(error).__name__ == "PoolTimeout":  # says only "no connection after N s": ask
+            try:
+                psycopg.connect(str(self.location), connect_timeout=2).close()
+            except psycopg.Error as direct:
+                reason = str(direct).strip()
         return StoreUnavailable(
-            f"the PostgreSQL store {self.label} cannot be reached ({error}): check that the "
+            f"the PostgreSQL store {self.label} cannot be reached ({reason}): check that the "
             f"server runs and accepts this user, or set {STORE_ENV} to another database")
 
     def _raise_unavailable(self, error: BaseException) -> None:
@@ -259,7 +268,10 @@ class Backend:
                 with _pool(str(self.location)).connection() as raw:
                     yield PgConnection(raw)
             except Exception as error:
-                self._raise_unavailable(error)
+                unavailable = self.unavailable(error)
+                if unavailable is not None:
+                    close_pools(str(self.location))  # the next call starts afresh: recovers
+                    raise unavailable from error  # as soon as the server is back
                 raise
             return
         try:
