@@ -13,7 +13,6 @@ import pytest
 from runs.service import control
 from runs.store import admission
 from runs.store.admission import MEMORY_BUDGET_ENV, admit, estimate_mb
-from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 TINY = dict(dataset="moons", model="logistic", eval_every=50)
