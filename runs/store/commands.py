@@ -33,7 +33,7 @@ class CommandQueue:
     Args:
         connect: opens one connection and one transaction (`RunStore._connect`).
         frame: the rows of a query as a DataFrame (`Records.frame`).
-        path: the store file (named in errors).
+        path: where the store is, as errors name it (`Backend.label`).
     """
 
     # What the store offers under its own name (`RunStore.__getattr__`).
@@ -41,7 +41,7 @@ class CommandQueue:
               "last_payload", "pending_count", "command_status", "commands")
 
     def __init__(self, connect: Connect, frame: Callable[[str, Sequence[Any]], pd.DataFrame],
-                 path: Path):
+                 path: Path | str):
         self._connect, self._frame, self.path = connect, frame, path
 
     def send_command(self, run_id: int, kind: str, payload: dict[str, Any] | None = None) -> int:

@@ -90,8 +90,8 @@ class RunStore:
         location = path if path else default_store()
         self.backend = Backend(location)
         # `path`: the SQLite file, or the PostgreSQL URL (what another process is given)
-        self.path: Any = self.backend.location
-        if self.backend.dialect == "sqlite":
+        self.path: Path | str = self.backend.location
+        if isinstance(self.path, Path):
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as error:
@@ -109,13 +109,13 @@ class RunStore:
                         if "duplicate column" not in str(error):
                             raise
         self.records = Records(self._connect, self.immediate)
-        self.queue = CommandQueue(self._connect, self.records.frame, self.path)
+        self.queue = CommandQueue(self._connect, self.records.frame, self.backend.label)
 
     @property
     def data_dir(self) -> Path:
         """The folder of this server's files (logs, exports): the SQLite file's folder, or
         `$OPTIMIZER_LAB_HOME` for a PostgreSQL store."""
-        return self.path.parent if self.backend.dialect == "sqlite" else data_dir()
+        return self.path.parent if isinstance(self.path, Path) else data_dir()
 
     def __getattr__(self, name: str) -> Any:
         # called only for names the class lacks: the public methods of its parts
@@ -380,7 +380,7 @@ class RunStore:
 
     def size_bytes(self) -> int:
         """Size of the database file plus its WAL (PostgreSQL: `pg_database_size`), in bytes."""
-        if self.backend.dialect == "postgresql":
+        if not isinstance(self.path, Path):
             with self._connect() as con:
                 return int(con.execute(
                     "SELECT pg_database_size(current_database())").fetchone()[0])
