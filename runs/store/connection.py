@@ -28,9 +28,20 @@ dialect differences (SQLite -> PostgreSQL):
 - "cannot write" (`StoreUnavailable`): a read-only or full data directory -> an unreachable
   server.
 
-A new query works on both when it uses `?` placeholders, standard SQL functions, and no
-`rowid` outside the record tables; a read-then-write that must not be overtaken runs in
-`immediate()` and reads the rows it will change with `for_update(con)` appended.
+A new table or query written the existing way works on SQLite unchanged. It works on
+PostgreSQL too when it:
+
+- declares its tables in SQLite DDL with the types INTEGER, REAL, TEXT (translated as above),
+  in `runs.store.schema.SCHEMA` or through `con.executescript`;
+- uses `?` placeholders, standard SQL (`COALESCE`, `MAX(...)` as an aggregate, `GREATEST` is
+  not SQLite's two-argument `MAX(a, b)`), `= 1` rather than a bare integer as a condition,
+  and `rowid` only on the record tables;
+- writes an upsert as `INSERT ... ON CONFLICT (columns) DO UPDATE SET c = excluded.c` (both
+  dialects; `INSERT OR IGNORE` is translated, `INSERT OR REPLACE` is not);
+- never catches a failed statement and goes on in the same transaction (PostgreSQL refuses
+  every later statement of it): use `IF NOT EXISTS` / `ON CONFLICT` instead;
+- runs a read-then-write that must not be overtaken in `immediate()`, with `for_update(con)`
+  appended to the SELECT of the rows it will change.
 """
 
 from __future__ import annotations
@@ -76,10 +87,15 @@ def database_errors() -> tuple[type[BaseException], ...]:
 _TOKENS = re.compile(r"('(?:[^']|'')*')|(\bIS NOT \?)|(\bIS \?)|(\?)|(%)")
 
 
+_OR_IGNORE = re.compile(r"^(\s*INSERT) OR IGNORE (INTO\b.*?)\s*$", re.DOTALL)
+
+
 @functools.lru_cache(maxsize=512)
 def postgres_sql(sql: str) -> str:
     """The PostgreSQL text of a statement written for SQLite with `?` placeholders (see the
-    module's table)."""
+    module's docstring); `INSERT OR IGNORE INTO ...` becomes `INSERT INTO ... ON CONFLICT DO
+    NOTHING`."""
+    sql = _OR_IGNORE.sub(r"\1 \2 ON CONFLICT DO NOTHING", sql)
 
     def swap(match: re.Match[str]) -> str:
         literal, is_not, is_, mark, percent = match.groups()
@@ -94,10 +110,11 @@ def postgres_sql(sql: str) -> str:
     return _TOKENS.sub(swap, sql)
 
 
-def _params(params: Sequence[Any] | None) -> Sequence[Any] | None:
-    """NaN binds as NULL, as SQLite stores it (PostgreSQL would keep a NaN)."""
+def _params(params: Sequence[Any] | None) -> Sequence[Any]:
+    """NaN binds as NULL, as SQLite stores it (PostgreSQL would keep a NaN). Never None:
+    psycopg undoubles the `%%` of `postgres_sql` only when it is given parameters."""
     if not params:
-        return params
+        return ()
     return [None if isinstance(v, float) and math.isnan(v) else v for v in params]
 
 
@@ -174,6 +191,15 @@ class PgConnection:
         self.raw.close()
 
 
+def _configure(raw: Any) -> None:
+    """Per-connection setup: `numeric` (what PostgreSQL's SUM of integers returns) loads as a
+    float, not a `Decimal` that JSON and pandas would not take as a number (SQLite gives an
+    int or a float)."""
+    from psycopg.types.numeric import FloatLoader
+
+    raw.adapters.register_loader("numeric", FloatLoader)
+
+
 _POOLS: dict[tuple[int, str], Any] = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -188,7 +214,8 @@ def _pool(url: str) -> Any:
             from psycopg_pool import ConnectionPool
 
             pool = ConnectionPool(url, min_size=1, max_size=POOL_MAX, timeout=POOL_TIMEOUT_S,
-                                  open=True, name="optimizer-lab-store")
+                                  open=True, name="optimizer-lab-store",
+                                  configure=_configure)
             _POOLS[key] = pool
     return pool
 
@@ -339,7 +366,9 @@ class Backend:
         if self.dialect == "postgresql":
             import psycopg
 
-            return PgConnection(psycopg.connect(str(self.location), autocommit=True))
+            raw = psycopg.connect(str(self.location), autocommit=True)
+            _configure(raw)
+            return PgConnection(raw)
         return sqlite3.connect(self.location, timeout=30.0, isolation_level=None)
 
 
