@@ -4,8 +4,9 @@ directories): they share nothing but the database.
 
 Pool size 1 for the whole store: the run started on server A trains, the one started on server
 B waits in the queue behind it (admission counts the runs of every server). Each page shows
-only its own session's run; a Pause on A reaches A's run only (the command queue), B cancels
-its queued run without a process ever being started for it, and A's Stop ends A's run.
+only its own session's run; a hyperparameter change and a Pause on A reach A's run only (the
+command queue; the run process was given the store's URL), B cancels its queued run without a
+process ever being started for it, A's Stop ends A's run, and its records are in the database.
 """
 
 from __future__ import annotations
@@ -69,11 +70,14 @@ def test_two_servers_share_the_pool_and_the_queue_without_cross_talk(
             no_exception(on_a, "two-servers-a")
             no_exception(on_b, "two-servers-b")
 
+            # the run process (started by server A with the store's URL) obeys the queue
+            changed = control.set_hyper(store, ids[0], "learning_rate", 0.02)
+            assert waiting.wait_for_command(store, changed, timeout_s=60)["status"] == "done"
             # a Pause on server A reaches A's run through the shared command queue
             on_a.get_by_role("button", name="Pause", exact=True).click()
             wait_status(on_a, ids[0], "paused")
             # (`set_speed`: the pace of a new run, sent by Start)
-            assert set(store.commands(ids[0])["kind"]) == {"set_speed", "pause"}
+            assert set(store.commands(ids[0])["kind"]) == {"set_speed", "set_hyper", "pause"}
             assert "pause" not in set(store.commands(ids[1])["kind"])
 
             # B cancels its queued run (no process was ever started for it); A stops its own
@@ -83,6 +87,12 @@ def test_two_servers_share_the_pool_and_the_queue_without_cross_talk(
             on_a.get_by_role("button", name="Stop", exact=True).click()
             wait_status(on_a, ids[0], "stopped")
             assert [store.run(i)["status"] for i in ids] == ["stopped", "stopped"]
+            # its records streamed into PostgreSQL, the change at the step it took effect
+            changes = store.hyper_changes(ids[0])
+            user = changes[changes["source"] == "user"]
+            assert user[["name", "new"]].values.tolist() == [["learning_rate", 0.02]]
+            assert 1 <= int(user["step"].iloc[0]) <= store.run(ids[0])["step"]
+            assert len(store.scalars(ids[0], names=["train_loss"])) >= 1
         finally:
             browser.close()
             for run_id in ids:
