@@ -50,7 +50,8 @@ def test_two_servers_share_the_pool_and_the_queue_without_cross_talk(
                 page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
                 page.set_default_timeout(90_000)
                 page.goto(f"{url}/train")
-                page.get_by_role("button", name="Start", exact=True).wait_for()
+                # a fresh server's first page imports the app: slow on a loaded machine
+                page.get_by_role("button", name="Start", exact=True).wait_for(timeout=180_000)
                 set_number(page, "steps", "100000")
                 page.get_by_role("button", name="Start", exact=True).click()
                 page.get_by_text(RUN_ID).first.wait_for()
