@@ -92,7 +92,8 @@ def postgres_database(postgres_url):
 @pytest.fixture(params=BACKENDS)
 def store_location(request, tmp_path):
     """Where a fresh store is, once per backend: a SQLite file in `tmp_path`, or a fresh
-    PostgreSQL database (`postgres_database`)."""
+    PostgreSQL database (`postgres_database`). A test pins one backend with
+    `@pytest.mark.parametrize("store_location", ["sqlite"], indirect=True)`."""
     if request.param == "sqlite":
         return tmp_path / "runs.sqlite"
     return request.getfixturevalue("postgres_database")

@@ -160,6 +160,7 @@ def test_a_real_worker_frozen_with_sigstop_stays_active(store, monkeypatch):
     waiting.wait_for_status(store, nxt, FINAL_STATUSES, timeout_s=60)
 
 
+@pytest.mark.parametrize("store_location", ["sqlite"], indirect=True)  # a page
 def test_pages_show_a_stalled_run_as_stalled(store, child):
     from components import session_runs
     from runs.service.ownership import Caller
