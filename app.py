@@ -61,12 +61,12 @@ def sidebar_services() -> None:
     """Renders nothing: this browser's token cookie, its heartbeat, the dispatcher."""
     from components.session_runs import keep_alive, remember_browser
     from components.store_guard import store_guard
-    from runs.store.files import default_store_path
+    from runs.store.files import default_store
     from runs.store.run_store import RunStore
 
     remember_browser()
     with store_guard():  # a read-only or full data directory: one line, not a traceback
-        keep_alive(RunStore(default_store_path()))
+        keep_alive(RunStore(default_store()))
 
 
 pg = st.navigation(PAGES)

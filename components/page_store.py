@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from runs.store.files import default_store_path
+from runs.store.files import default_store
 from runs.store.run_store import RunStore
 
 
@@ -18,5 +18,5 @@ def _store(path: str) -> RunStore:
 
 
 def store() -> RunStore:
-    """The run store of `$OPTIMIZER_LAB_HOME`."""
-    return _store(str(default_store_path()))
+    """The run store of `$OPTIMIZER_LAB_STORE`, else of `$OPTIMIZER_LAB_HOME`."""
+    return _store(str(default_store()))

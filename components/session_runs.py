@@ -32,7 +32,7 @@ import streamlit as st
 
 from runs.service.ownership import Caller
 from runs.protocol import LIVE_STATUSES
-from runs.store.files import default_store_path
+from runs.store.files import default_store
 from runs.store.run_store import RunStore
 
 HEARTBEAT_EVERY_S = 10.0
@@ -49,7 +49,7 @@ def _store(path: str) -> RunStore:
 
 
 def _default_store() -> RunStore:
-    return _store(str(default_store_path()))
+    return _store(str(default_store()))
 
 
 def session_token() -> str:

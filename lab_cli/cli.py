@@ -81,8 +81,17 @@ class Parser(argparse.ArgumentParser):
 
 
 def _store_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--store", type=Path, default=None,
-                        help="run-store SQLite file (default $OPTIMIZER_LAB_HOME/runs.sqlite)")
+    parser.add_argument("--store", type=_store_location, default=None,
+                        help="run-store SQLite file or postgresql:// URL (default "
+                             "$OPTIMIZER_LAB_STORE, else $OPTIMIZER_LAB_HOME/runs.sqlite)")
+
+
+def _store_location(text: str) -> Path | str:
+    """A `--store` value: a PostgreSQL URL as written (a Path would fold its `//`), else a
+    path."""
+    from runs.store.connection import is_url
+
+    return text if is_url(text) else Path(text)
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -180,7 +189,8 @@ def open_store(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Run
     `list` and `export` only read: a `--store` that does not exist is refused rather than
     created empty. Every failure to open is `parser.error` naming `--store`.
     """
-    if args.store is not None and args.command in ("list", "export") and not args.store.is_file():
+    if (isinstance(args.store, Path) and args.command in ("list", "export")
+            and not args.store.is_file()):
         parser.error(f"argument --store: {args.store}: no such run-store file")
     try:
         return RunStore(args.store) if args.store else RunStore()

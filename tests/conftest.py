@@ -1,11 +1,19 @@
-"""Shared fixtures of the tests that start real run processes."""
+"""Shared fixtures of the tests that start real run processes, and the store backends
+(`store_location`: every store-level test runs on SQLite and on PostgreSQL)."""
 
 from __future__ import annotations
 
+import itertools
+import os
+
 import pytest
 
+import _postgres
 from runs.service import pool, warm_pool
 from runs.store.run_store import RunStore
+
+BACKENDS = ("sqlite", "postgresql")
+_DATABASES = itertools.count(1)
 
 
 @pytest.fixture()
@@ -50,3 +58,54 @@ def _registry_and_plugin_env_restored():
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """The URL of a PostgreSQL server started for this test session (`tests/_postgres.py`);
+    the tests that need it skip, with the reason, when PostgreSQL is not installed."""
+    reason = _postgres.missing_reason()
+    if reason:
+        pytest.skip(reason)
+    with _postgres.postgres_server() as url:
+        yield url
+
+
+@pytest.fixture()
+def postgres_database(postgres_url):
+    """The URL of a fresh, empty database on the session's server (dropped afterwards, with
+    this process's connection pools to it)."""
+    import psycopg
+
+    from runs.store.connection import close_pools
+
+    name = f"lab_test_{os.getpid()}_{next(_DATABASES)}"
+    url = postgres_url.replace("/postgres?", f"/{name}?")
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield url
+    close_pools(url)
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=BACKENDS)
+def store_location(request, tmp_path):
+    """Where a fresh store is, once per backend: a SQLite file in `tmp_path`, or a fresh
+    PostgreSQL database (`postgres_database`). A test pins one backend with
+    `@pytest.mark.parametrize("store_location", ["sqlite"], indirect=True)`."""
+    if request.param == "sqlite":
+        return tmp_path / "runs.sqlite"
+    return request.getfixturevalue("postgres_database")
+
+
+@pytest.fixture()
+def any_store(store_location, tmp_path, monkeypatch):
+    """A fresh store on each backend, also the default store of this process and of the
+    processes it starts (`OPTIMIZER_LAB_STORE`; `OPTIMIZER_LAB_HOME` = `tmp_path`), so that
+    pages under AppTest and run workers use it too."""
+    from runs.store.files import STORE_ENV
+
+    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+    monkeypatch.setenv(STORE_ENV, str(store_location))
+    return RunStore()

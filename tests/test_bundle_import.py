@@ -33,7 +33,16 @@ READERS = ("scalars", "hyper_changes", "slot_stats", "hypergradients", "response
 def exported(tmp_path, monkeypatch):
     """(store, original run id, zip bytes) of a fake run holding rows in every record table."""
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    store = RunStore()
+    return export_fake_run(RunStore(), tmp_path)
+
+
+@pytest.fixture
+def exported_any(any_store, tmp_path):
+    """`exported` on each backend (SQLite, PostgreSQL: tests/conftest.py)."""
+    return export_fake_run(any_store, tmp_path)
+
+
+def export_fake_run(store: RunStore, tmp_path) -> tuple[RunStore, int, bytes]:
     run_id = add_fake_run(store, steps=40)
     store.append(run_id, hypergradients=[(s, "learning_rate", -0.5 / s, -0.4 / s,
                                           None if s % 20 else -0.45 / s, 2.0 - s / 100)
@@ -65,7 +74,8 @@ def assert_same_table(a: pd.DataFrame, b: pd.DataFrame, name: str) -> None:
             assert left == right, (name, column)
 
 
-def test_an_imported_run_has_every_record_of_the_original(exported):
+def test_an_imported_run_has_every_record_of_the_original(exported_any):
+    exported = exported_any
     store, run_id, data = exported
     bundle = read_run_bundle(data)
     assert bundle.rows == sum(len(rows) for rows in bundle.tables.values()) > 300
@@ -193,7 +203,8 @@ def test_member_names_outside_the_run_folder_are_never_read(exported):
     assert all(row[1] != "x" for row in bundle.tables["scalars"])
 
 
-def test_a_failing_insert_rolls_the_whole_import_back(exported, monkeypatch):
+def test_a_failing_insert_rolls_the_whole_import_back(exported_any, monkeypatch):
+    exported = exported_any
     store, _, data = exported
     bundle = read_run_bundle(data)
     before = store.runs()

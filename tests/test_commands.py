@@ -3,13 +3,13 @@ command rows are refused naming the field and the run trains on; well-formed one
 out.
 
 In-process tests drive `RunLoop.handle` on a real `RunLoop` over a fake engine (no TensorFlow
-step); the slow test inserts malformed rows with sqlite3 into the store of a real run process.
+step); the slow test inserts malformed rows into the store of a real run process. The
+store-level tests run on SQLite and on PostgreSQL (`store_location`, tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 
 import pytest
@@ -85,8 +85,8 @@ class FakeEngine:
 
 
 @pytest.fixture()
-def fake_run(tmp_path):
-    store = RunStore(tmp_path / "runs.sqlite")
+def fake_run(store_location):
+    store = RunStore(store_location)
     run_id = store.create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",
                                "seed": 0, "steps": 100})
     run = RunLoop(run_id, store, FakeEngine(), total=100, eval_every=10,
@@ -96,16 +96,12 @@ def fake_run(tmp_path):
     run.close()
 
 
-def insert_raw(path, run_id: int, kind, payload) -> int:
+def insert_raw(store: RunStore, run_id: int, kind, payload) -> int:
     """A command row written as a hostile or buggy page could: no validation at all."""
-    con = sqlite3.connect(path, timeout=30)
-    try:
-        with con:
-            cur = con.execute("INSERT INTO commands (run_id, created, kind, payload)"
-                              " VALUES (?,?,?,?)", (run_id, time.time(), kind, payload))
+    with store._connect() as con:
+        cur = con.execute("INSERT INTO commands (run_id, created, kind, payload)"
+                          " VALUES (?,?,?,?)", (run_id, time.time(), kind, payload))
         return int(cur.lastrowid)
-    finally:
-        con.close()
 
 
 def statuses(store: RunStore, run_id: int) -> dict[int, tuple[str, str]]:
@@ -116,7 +112,7 @@ def statuses(store: RunStore, run_id: int) -> dict[int, tuple[str, str]]:
 # ----- in-process --------------------------------------------------------------------------------
 def test_every_malformed_row_is_refused_naming_the_field_and_the_poll_goes_on(fake_run):
     store, run_id, run = fake_run
-    ids = [insert_raw(store.path, run_id, kind, payload) for kind, payload, _ in MALFORMED]
+    ids = [insert_raw(store, run_id, kind, payload) for kind, payload, _ in MALFORMED]
     good = store.send_command(run_id, "set_hyper", {"name": "learning_rate", "value": 0.01})
     run.poll()  # one malformed row must not stop the rows after it
     rows = statuses(store, run_id)
@@ -233,7 +229,7 @@ def test_malformed_rows_in_a_real_run_are_refused_and_the_run_finishes(store):
     config = RunConfig(dataset="moons", model="logistic", steps=4000, eval_every=500)
     run_id = control.start_run(config, store)
     waiting.wait_for_step(store, run_id, 1, timeout_s=180)
-    ids = [insert_raw(store.path, run_id, kind, payload) for kind, payload, _ in MALFORMED]
+    ids = [insert_raw(store, run_id, kind, payload) for kind, payload, _ in MALFORMED]
     good = store.send_command(run_id, "set_hyper", {"name": "learning_rate", "value": 0.01})
     for command_id, (kind, payload, words) in zip(ids, MALFORMED):
         row = waiting.wait_for_command(store, command_id, timeout_s=60)
@@ -245,26 +241,26 @@ def test_malformed_rows_in_a_real_run_are_refused_and_the_run_finishes(store):
     assert run["optimizer_config"]["learning_rate"] == 0.01
 
 
-def test_polling_through_a_held_connection_sees_every_new_command(tmp_path):
+def test_polling_through_a_held_connection_sees_every_new_command(store_location):
     """The run loop polls through one connection held for the whole run: each poll still sees
     the commands other connections committed since (no snapshot kept between reads), and a
     connection that broke falls back to a fresh one."""
-    store = RunStore(tmp_path / "runs.sqlite")
+    store = RunStore(store_location)
     run_id = store.create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",
                                "seed": 0, "steps": 10})
-    held = sqlite3.connect(store.path)
+    held = store.open_connection()
     assert store.pending(run_id, held) == []
     first = store.send_command(run_id, "pause")
     assert [c["id"] for c in store.pending(run_id, held)] == [first]
     store.finish_command(first, "done", "")
     second = store.send_command(run_id, "resume")
     assert [c["id"] for c in store.pending(run_id, held)] == [second]
-    held.close()  # a closed connection raises sqlite3.ProgrammingError: read afresh
+    held.close()  # a closed connection raises the driver's error: read afresh
     assert [c["kind"] for c in store.pending(run_id, held)] == ["resume"]
 
 
-def test_command_status_follows_the_command(tmp_path):
-    store = RunStore(tmp_path / "runs.sqlite")
+def test_command_status_follows_the_command(store_location):
+    store = RunStore(store_location)
     run_id = store.create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",
                                "seed": 0, "steps": 10})
     command = store.send_command(run_id, "pause")
@@ -272,3 +268,28 @@ def test_command_status_follows_the_command(tmp_path):
     store.finish_command(command, "refused", "the run is paused")
     assert store.command_status(command) == "refused"
     assert store.command_status(command + 1000) is None
+
+
+def test_two_servers_sending_the_same_command_queue_it_once(store_location):
+    """`send_command_once` from several store objects at once (as from several web servers
+    on one database): exactly one of them queues the command, the others get its id."""
+    import threading
+
+    stores = [RunStore(store_location) for _ in range(6)]
+    run_id = stores[0].create_run({"optimizer": "adam", "dataset": "moons", "model": "mlp",
+                                   "seed": 0, "steps": 10})
+    start, results = threading.Barrier(len(stores)), []
+
+    def send(store: RunStore) -> None:
+        start.wait()
+        results.append(store.send_command_once(run_id, "pause"))
+
+    threads = [threading.Thread(target=send, args=(s,)) for s in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(queued for _, queued in results) == [False] * 5 + [True]
+    assert {command_id for command_id, _ in results} == {
+        int(i) for i in stores[0].commands(run_id)["id"]}
+    assert len(stores[0].pending(run_id)) == 1

@@ -13,7 +13,6 @@ import pytest
 from runs.service import control
 from runs.store import admission
 from runs.store.admission import MEMORY_BUDGET_ENV, admit, estimate_mb
-from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
 TINY = dict(dataset="moons", model="logistic", eval_every=50)
@@ -24,9 +23,9 @@ REVERSE = RunConfig(**TINY, steps=10, hypergradients=["learning_rate"], reverse_
 
 
 @pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    return RunStore()
+def store(any_store):
+    """A fresh store, once on SQLite and once on PostgreSQL (tests/conftest.py)."""
+    return any_store
 
 
 def test_estimates_match_the_measured_sizes():

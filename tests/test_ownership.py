@@ -20,11 +20,11 @@ ALICE, BOB = Caller("alice-token"), Caller("bob-token")
 
 
 @pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+def store(any_store, monkeypatch):
+    """A fresh store, once on SQLite and once on PostgreSQL (tests/conftest.py)."""
     monkeypatch.delenv(ownership.TEACHER_SECRET_ENV, raising=False)
     monkeypatch.delenv(ownership.TAKEOVER_ENV, raising=False)
-    return RunStore()
+    return any_store
 
 
 def fake_run(store: RunStore, owner: Caller | None = ALICE, status: str = "running") -> int:
@@ -216,12 +216,11 @@ def test_response_slices_are_bounded_per_run_and_per_session(store):
         control.response_slice(store, second, "learning_rate", points=99, caller=ALICE)
 
 
-def test_old_store_gets_the_owner_column_and_events_table(tmp_path):
-    import sqlite3
+def test_old_store_gets_the_owner_column_and_events_table(store_location):
+    from runs.store.connection import Backend
 
-    path = tmp_path / "old.sqlite"
-    con = sqlite3.connect(path)
-    con.executescript("""CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT,
+    with Backend(store_location).connect() as con:  # the SQLite DDL, translated on PostgreSQL
+        con.executescript("""CREATE TABLE runs (id INTEGER PRIMARY KEY AUTOINCREMENT,
         name TEXT NOT NULL DEFAULT '', created REAL NOT NULL, updated REAL NOT NULL,
         status TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', optimizer TEXT NOT NULL,
         dataset TEXT NOT NULL, model TEXT NOT NULL, seed INTEGER NOT NULL,
@@ -229,12 +228,11 @@ def test_old_store_gets_the_owner_column_and_events_table(tmp_path):
         step INTEGER NOT NULL DEFAULT 0, config TEXT NOT NULL,
         optimizer_config TEXT NOT NULL DEFAULT '{}', hyper_variables TEXT NOT NULL DEFAULT '[]',
         versions TEXT NOT NULL DEFAULT '{}', traces INTEGER NOT NULL DEFAULT 0, pid INTEGER,
-        heartbeat REAL);
-        INSERT INTO runs (created, updated, status, optimizer, dataset, model, seed,
-        total_steps, config) VALUES (1, 1, 'finished', 'adam', 'digits', 'mlp', 0, 10, '{}');""")
-    con.commit()
-    con.close()
-    store = RunStore(path)
+        heartbeat REAL)""")
+        con.execute("INSERT INTO runs (created, updated, status, optimizer, dataset, model, seed,"
+                    " total_steps, config) VALUES (1, 1, 'finished', 'adam', 'digits', 'mlp',"
+                    " 0, 10, '{}')")
+    store = RunStore(store_location)
     run = store.run(1)
     assert run["owner"] is None and run["pid_start"] is None
     assert store.events(1).empty
@@ -253,3 +251,26 @@ def test_pages_change_runs_only_through_the_run_service():
         for mutator in (".send_command(", ".rename_run(", ".delete_run(", ".set_status(",
                         ".update_run(", ".add_event("):
             assert mutator not in text, f"{path.name} calls {mutator}"
+
+
+def test_of_two_servers_taking_a_run_over_at_once_one_wins(store):
+    """`take_owner` from two store objects at once (two web servers on one database): one
+    UPDATE each, so exactly one of them changes the owner and the run has that owner."""
+    import threading
+
+    run_id = fake_run(store, owner=None)
+    stores = [RunStore(store.path) for _ in range(2)]
+    start, won = threading.Barrier(2), {}
+
+    def take(index: int) -> None:
+        start.wait()
+        won[index] = stores[index].take_owner(run_id, f"owner-{index}", None)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(won.values()) == [False, True]
+    winner = next(i for i, w in won.items() if w)
+    assert store.run(run_id)["owner"] == f"owner-{winner}"

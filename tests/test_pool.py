@@ -91,7 +91,8 @@ def test_a_training_run_yields_the_cpu_to_the_page(store, monkeypatch):
         waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=60)
 
 
-def test_claim_respects_the_pool_and_the_order(store):
+def test_claim_respects_the_pool_and_the_order(any_store):
+    store = any_store
     ids = [store.create_run(RunConfig(**TINY, steps=10).to_json_dict(), status="queued")
            for _ in range(4)]
     assert store.queue_positions() == {ids[0]: 1, ids[1]: 2, ids[2]: 3, ids[3]: 4}
@@ -101,6 +102,28 @@ def test_claim_respects_the_pool_and_the_order(store):
     assert store.queue_positions() == {ids[2]: 1, ids[3]: 2}
     store.set_status(ids[0], "finished")
     assert store.claim_queued(2) == [ids[2]]
+
+
+def test_two_servers_claiming_at_once_fill_each_place_once(any_store):
+    """`claim_queued` from several store objects at once (several web servers dispatching on
+    one database): the places are filled once, in queue order, and no run is claimed twice."""
+    ids = [any_store.create_run(RunConfig(**TINY, steps=10).to_json_dict(), status="queued")
+           for _ in range(6)]
+    stores = [RunStore(any_store.path) for _ in range(4)]
+    start, claimed = threading.Barrier(len(stores)), []
+
+    def claim(store: RunStore) -> None:
+        start.wait()
+        claimed.extend(store.claim_queued(3))
+
+    threads = [threading.Thread(target=claim, args=(s,)) for s in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(claimed) == ids[:3]
+    assert any_store.active_count() == 3
+    assert any_store.queue_positions() == {ids[3]: 1, ids[4]: 2, ids[5]: 3}
 
 
 @pytest.mark.slow

@@ -25,11 +25,17 @@ APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TRAIN = "train"  # the app opens on Home; these tests drive the Train page
 
 
+# The pages' own logic runs on SQLite; the tests that write across sessions also run on
+# PostgreSQL (the pages under AppTest open the store of `OPTIMIZER_LAB_STORE`), and
+# tests/test_browser_two_servers.py drives the pages of two servers on one PostgreSQL.
+SQLITE_ONLY = pytest.mark.parametrize("store_location", ["sqlite"], indirect=True)
+
+
 @pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
+def store(any_store, monkeypatch):
+    """A fresh store (tests/conftest.py `any_store`)."""
     monkeypatch.delenv(ownership.TAKEOVER_ENV, raising=False)
-    return RunStore()
+    return any_store
 
 
 def running_run(store: RunStore, owner: str | None = None) -> int:
@@ -80,6 +86,7 @@ def test_heartbeat_touches_only_this_sessions_live_runs(store):
     assert store.run(theirs)["viewer_heartbeat"] is None
 
 
+@SQLITE_ONLY
 def test_a_refused_warm_worker_setting_does_not_stop_the_heartbeat(store, monkeypatch):
     """From the second beat on the heartbeat keeps warm workers; a refused
     OPTIMIZER_LAB_WARM_WORKERS is one caption, and the session's runs are still touched."""
@@ -97,6 +104,7 @@ def test_a_refused_warm_worker_setting_does_not_stop_the_heartbeat(store, monkey
                for c in at.sidebar.caption)
 
 
+@SQLITE_ONLY
 def test_another_browsers_run_cannot_be_taken_over(store, monkeypatch):
     monkeypatch.setenv(ownership.TAKEOVER_ENV, "150")  # even with the fallback on
     run_id = running_run(store, Caller(TOKEN_A).owner)
@@ -113,6 +121,7 @@ def test_another_browsers_run_cannot_be_taken_over(store, monkeypatch):
     assert store.commands(run_id).empty
 
 
+@SQLITE_ONLY
 def test_fallback_a_silent_owners_run_can_be_taken_over_and_it_is_recorded(store, monkeypatch):
     monkeypatch.setenv(ownership.TAKEOVER_ENV, "150")
     run_id = running_run(store, Caller(TOKEN_A).owner)
@@ -135,6 +144,7 @@ def test_fallback_a_silent_owners_run_can_be_taken_over_and_it_is_recorded(store
     assert any(c.value.startswith("recorded: take control") for c in returning.caption)
 
 
+@SQLITE_ONLY
 def test_the_same_browser_regains_its_runs_after_a_reload(store):
     """A reload is a new session; the browser sends the same token (cookie): it opens on its
     own run with its controls, without Take control."""
@@ -153,6 +163,7 @@ def test_the_same_browser_regains_its_runs_after_a_reload(store):
     assert other.selectbox(key="run_select").value is None
 
 
+@SQLITE_ONLY
 def test_a_new_session_gets_a_random_token_and_sets_its_cookie(store):
     at = open_page(app_test(default_timeout=120), TRAIN)
     at.run()

@@ -104,9 +104,10 @@ def test_a_dead_or_reused_pid_is_still_interrupted(store, child):
 
 
 @pytest.fixture()
-def store(tmp_path, monkeypatch):
-    monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
-    yield RunStore()
+def store(any_store):
+    """A fresh store, once on SQLite and once on PostgreSQL (tests/conftest.py); run
+    processes started by the test are killed afterwards."""
+    yield any_store
     for proc in list(pool._PROCESSES.values()):
         if proc.poll() is None:
             proc.kill()
@@ -115,6 +116,7 @@ def store(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store_location", ["sqlite"], indirect=True)  # a real run: once
 def test_a_real_worker_frozen_with_sigstop_stays_active(store, monkeypatch):
     """`kill -STOP` a real run process for longer than STALE_AFTER (shortened to 4 s here),
     then `kill -CONT`: it was never interrupted, kept its place, and trains on; frozen again,
@@ -158,6 +160,7 @@ def test_a_real_worker_frozen_with_sigstop_stays_active(store, monkeypatch):
     waiting.wait_for_status(store, nxt, FINAL_STATUSES, timeout_s=60)
 
 
+@pytest.mark.parametrize("store_location", ["sqlite"], indirect=True)  # a page
 def test_pages_show_a_stalled_run_as_stalled(store, child):
     from components import session_runs
     from runs.service.ownership import Caller

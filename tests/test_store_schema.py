@@ -47,3 +47,36 @@ def test_record_tables_are_derived_from_the_row_types():
         inserted = record_rows.insert_sql(table).split("(")[1].split(")")[0].split(", ")
         assert inserted == [name for name, *_ in columns], table
         assert record_table_sql(table) in SCHEMA
+
+
+POSTGRES_TYPES = {"INTEGER": "bigint", "REAL": "double precision", "TEXT": "text"}
+
+
+def test_postgres_tables_are_the_same_declaration_translated(postgres_database, tmp_path):
+    """On PostgreSQL the same declaration gives the same columns in the same order, with
+    64-bit types (SQLite's INTEGER and REAL are 64-bit), plus the `rowid` SQLite has
+    implicitly; every other table has the columns of its SQLite twin."""
+    import psycopg
+
+    from runs.store.run_store import RunStore
+
+    RunStore(postgres_database)
+    RunStore(tmp_path / "runs.sqlite")  # its twin, migrated columns included
+    sqlite = sqlite3.connect(tmp_path / "runs.sqlite")
+    with psycopg.connect(postgres_database) as con:
+        def columns(table):
+            return con.execute(
+                "SELECT column_name, data_type, is_nullable, column_default, is_identity FROM"
+                " information_schema.columns WHERE table_name = %s ORDER BY ordinal_position",
+                (table,)).fetchall()
+
+        for table, expected in EXPECTED.items():
+            found = columns(table)
+            assert [(n, t, nullable == "NO", d) for n, t, nullable, d, _ in found[:-1]] == [
+                (n, POSTGRES_TYPES[t], bool(nn), d) for n, t, nn, d in expected], table
+            assert found[-1][0] == "rowid" and found[-1][4] == "YES", table
+        tables = [name for (name,) in sqlite.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        for table in set(tables) - set(EXPECTED):
+            names = [row[1] for row in sqlite.execute(f"PRAGMA table_info({table})")]
+            assert [row[0] for row in columns(table)] == names, table

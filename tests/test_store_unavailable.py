@@ -258,3 +258,41 @@ def test_an_end_the_store_never_took_is_shown_by_the_next_stale_check(tmp_path, 
     store.set_status(other, "running")
     store.mark_interrupted()
     assert store.run(other)["message"] == "the run process ended without finishing"
+
+
+# ----- PostgreSQL ---------------------------------------------------------------------------------
+def test_an_unreachable_postgres_server_is_store_unavailable(tmp_path, monkeypatch):
+    """No server at the URL: `StoreUnavailable` (still a `sqlite3.OperationalError` for the
+    handlers that catch that) naming the store, the driver's reason and the setting."""
+    pytest.importorskip("psycopg")
+    from runs.store import connection
+
+    monkeypatch.setattr(connection, "POOL_TIMEOUT_S", 0.5)
+    url = f"postgresql://lab:secret@/lab?host={tmp_path}&port=5432"  # no server listens there
+    with pytest.raises(StoreUnavailable) as caught:
+        RunStore(url)
+    text = str(caught.value)
+    assert isinstance(caught.value, sqlite3.OperationalError)
+    assert "the PostgreSQL store postgresql://lab:***@/lab" in text and "secret" not in text
+    assert str(tmp_path) in text and "No such file or directory" in text
+    assert "OPTIMIZER_LAB_STORE" in text
+
+
+def test_a_missing_postgres_database_recovers_without_restart(postgres_url, monkeypatch):
+    import psycopg
+
+    from runs.store import connection
+
+    monkeypatch.setattr(connection, "POOL_TIMEOUT_S", 0.5)
+    url = postgres_url.replace("/postgres?", "/lab_comes_later?")
+    with pytest.raises(StoreUnavailable, match='database "lab_comes_later" does not exist'):
+        RunStore(url)
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute("CREATE DATABASE lab_comes_later")
+    try:
+        store = RunStore(url)  # the same process, no restart
+        assert store.create_run(CONFIG) == 1 and len(store.runs()) == 1
+    finally:
+        connection.close_pools(url)
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
+            admin.execute("DROP DATABASE lab_comes_later WITH (FORCE)")

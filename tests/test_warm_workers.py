@@ -97,9 +97,11 @@ def starting_runs(store: RunStore, n: int) -> list[int]:
 
 
 # ----- fast: the table and the sizing rule ------------------------------------------------------
-def test_assignment_gives_each_run_one_worker_and_each_worker_one_run(store, sleepers):
+def test_assignment_gives_each_run_one_worker_and_each_worker_one_run(any_store, sleepers):
     """8 runs, 5 ready workers, 4 threads assigning at once: every worker gets at most one
-    run, no run gets two workers, the runs' pids are their workers' pids."""
+    run, no run gets two workers, the runs' pids are their workers' pids (on SQLite and on
+    PostgreSQL, tests/conftest.py)."""
+    store = any_store
     workers = ready_rows(store, sleepers(5))
     runs = starting_runs(store, 8)
     results: list[tuple[int, tuple[int, int] | None]] = []
@@ -132,7 +134,8 @@ def test_assignment_gives_each_run_one_worker_and_each_worker_one_run(store, sle
     assert worker_table.assign(store, min(set(runs) - set(given)))[0] == spare
 
 
-def test_assignment_skips_dead_retired_and_stopped(store, sleepers, monkeypatch):
+def test_assignment_skips_dead_retired_and_stopped(any_store, sleepers, monkeypatch):
+    store = any_store  # on SQLite and on PostgreSQL (tests/conftest.py)
     dead, retired, alive = sleepers(3)
     ids = ready_rows(store, [dead, retired, alive])
     dead.kill()
@@ -153,7 +156,8 @@ def test_assignment_skips_dead_retired_and_stopped(store, sleepers, monkeypatch)
     assert run["taken_at"] >= run["created"]
 
 
-def test_retire_takes_only_idle_workers_of_this_parent(store, sleepers):
+def test_retire_takes_only_idle_workers_of_this_parent(any_store, sleepers):
+    store = any_store  # on SQLite and on PostgreSQL (tests/conftest.py)
     a, b, c = ready_rows(store, sleepers(3))
     run_id, = starting_runs(store, 1)
     assert worker_table.assign(store, run_id)[0] == a

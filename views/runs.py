@@ -113,7 +113,7 @@ def on_take_control(run_id: int) -> None:
 def on_export(run_id: int) -> None:
     from runs.io.export import export_run
 
-    paths = export_run(store(), run_id, store().path.parent / "exports")
+    paths = export_run(store(), run_id, store().data_dir / "exports")
     st.session_state["export_result"] = (run_id, str(paths.zip), str(paths.logdir))
 
 
@@ -314,7 +314,7 @@ def manage(table: pd.DataFrame) -> None:
                 st.download_button("Download zip", handle.read(), file_name=f"run-{run_id}.zip",
                                    mime="application/zip", key=f"download_zip_{run_id}")
     if result and result[0] == run_id:
-        exports = str(store().path.parent / "exports")
+        exports = str(store().data_dir / "exports")
         st.caption(f"Exported run #{run_id}: config JSON, metrics as CSV and Parquet, TensorBoard "
                    f"events in `{result[2]}`. Open every exported run in TensorBoard with:")
         st.code(f"tensorboard --logdir {exports}", language="bash")

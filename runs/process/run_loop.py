@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 import queue
-import sqlite3
 import threading
 import time
 from typing import Any
@@ -41,6 +40,7 @@ from engine import recording
 from engine.record_rows import ScalarRow
 from optimizers.hyper_kinds import hyper_kinds_table
 from runs.protocol import Refused, parse
+from runs.store.connection import database_errors
 from runs.store.run_store import RunStore
 
 FLUSH_EVERY_S = 0.25
@@ -113,7 +113,7 @@ class RunLoop:
         self._writer = threading.Thread(target=self._write_loop, name="store-writer",
                                         daemon=True)
         self._writer.start()
-        self._poll_con: sqlite3.Connection | None = None  # opened by the first poll
+        self._poll_con: Any = None  # opened by the first poll
         self.after_first_step: Callable[[], None] | None = None  # e.g. lower the priority
         self.after_step: Callable[[], None] | None = None  # e.g. a checkpoint every few s
 
@@ -172,8 +172,8 @@ class RunLoop:
         self.last_poll = time.monotonic()
         if self._poll_con is None:  # held for the run's life: polls read in microseconds
             try:
-                self._poll_con = sqlite3.connect(self.store.path, timeout=30.0)
-            except sqlite3.Error:
+                self._poll_con = self.store.open_connection()
+            except database_errors():
                 pass  # `RunStore.pending` opens its own and raises the store's error
         for command in self.store.pending(self.run_id, self._poll_con):
             self.handle(command)

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import signal
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -82,9 +81,9 @@ def prepare_default() -> None:
         print(f"no prepared engine: {type(error).__name__}: {error}", file=sys.stderr)
 
 
-def _wait_for_run(path: Path, worker_id: int, parent_pid: int) -> int | None:
+def _wait_for_run(store: RunStore, worker_id: int, parent_pid: int) -> int | None:
     """Poll this worker's row until it is assigned a run (its id) or must exit (None)."""
-    con = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    con = store.open_connection()
     try:
         while True:
             row = con.execute("SELECT state, run_id FROM workers WHERE id = ?",
@@ -157,7 +156,7 @@ def _serve(store: RunStore, worker_id: int, parent: int) -> int:
     from runs.service.pool import log_path
     from runs.service.warm_pool import warm_log_path
 
-    run_id = _wait_for_run(store.path, worker_id, parent)
+    run_id = _wait_for_run(store, worker_id, parent)
     if run_id is None:
         orphaned = os.getppid() != parent
         if worker_table.set_state(store, worker_id, "gone",

@@ -62,7 +62,7 @@ def check_processes(store: RunStore) -> list[int]:
 
 def log_path(store: RunStore, run_id: int) -> Path:
     """`<store dir>/logs/run-<id>.log`, the worker's stdout and stderr."""
-    return store.path.parent / "logs" / f"run-{run_id}.log"
+    return store.data_dir / "logs" / f"run-{run_id}.log"
 
 
 def _env_choice(name: str, default: str, allowed: Iterable[str]) -> str:

@@ -48,7 +48,7 @@ MAX_FAILURES = 3
 def warm_log_path(store: RunStore, worker_id: int) -> Path:
     """`<store dir>/logs/warm-<id>.log`: a warm worker's output until it takes a run (then it
     writes to the run's log, `runs.service.pool.log_path`); removed once the worker is gone."""
-    return store.path.parent / "logs" / f"warm-{worker_id}.log"
+    return store.data_dir / "logs" / f"warm-{worker_id}.log"
 
 
 class WarmPool:

@@ -4,7 +4,8 @@ No Streamlit, no TensorFlow.
 Life of a row (see `runs.store.schema`): `warming` -> `ready` -> `assigned` -> `running` -> `gone`,
 or `ready` -> `retired` -> `gone` when its pool shuts down. The one step that must never happen
 twice - a run given to two workers, or a worker given two runs - is `assign`: one
-`BEGIN IMMEDIATE` transaction that moves ONE live `ready` worker to `assigned` and writes its
+`immediate()` transaction (SQLite `BEGIN IMMEDIATE`; PostgreSQL the store's advisory lock and
+the rows read `FOR UPDATE`) that moves ONE live `ready` worker to `assigned` and writes its
 pid onto a run that is still `starting`. A worker only ever takes the run id written in its own
 row, so each run has exactly one worker.
 """
@@ -13,11 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from collections.abc import Mapping
 import time
 from typing import Any
 
+from runs.store.connection import dict_rows, for_update
 from runs.store.processes import same_process_alive
 from runs.protocol import ACTIVE_STATUSES, QUEUED
 from runs.store.run_store import RunStore
@@ -64,11 +65,10 @@ def row(store: RunStore, worker_id: int) -> dict[str, Any]:
         KeyError: no such worker.
     """
     with store._connect() as con:
-        con.row_factory = sqlite3.Row
-        found = con.execute("SELECT * FROM workers WHERE id = ?", (worker_id,)).fetchone()
-    if found is None:
-        raise KeyError(f"worker {worker_id} is not in the store {store.path}")
-    out = dict(found)
+        found = dict_rows(con.execute("SELECT * FROM workers WHERE id = ?", (worker_id,)))
+    if not found:
+        raise KeyError(f"worker {worker_id} is not in the store {store.backend.label}")
+    out = found[0]
     out["env"] = json.loads(out["env"])
     return out
 
@@ -84,19 +84,21 @@ def assign(store: RunStore, run_id: int) -> tuple[int, int] | None:
     (worker id, pid), or None when no worker is ready, the run is no longer `starting` (e.g.
     stopped) or it already has a process (a second call for the same run gets None).
 
-    One `BEGIN IMMEDIATE` transaction: the worker row goes `ready` -> `assigned` with the run
+    One `store.immediate()` transaction (the run and the ready rows read `FOR UPDATE` on
+    PostgreSQL): the worker row goes `ready` -> `assigned` with the run
     id and the dispatcher's `OPTIMIZER_LAB_*` variables, and the run gets the worker's pid,
     start time and `worker = 'warm'` (so a stop while it starts signals the right process and
     a SIGKILL of the worker marks the run interrupted). Ready rows whose process is gone are
     marked `gone` on the way.
     """
     with store.immediate() as con:
-        found = con.execute("SELECT status, pid FROM runs WHERE id = ?", (run_id,)).fetchone()
+        found = con.execute("SELECT status, pid FROM runs WHERE id = ?" + for_update(con),
+                            (run_id,)).fetchone()
         if found is None or found[0] != "starting" or found[1] is not None:
             return None  # gone, stopped, or it already has a process (warm or cold)
         for worker_id, pid, start in con.execute(
                 "SELECT id, pid, pid_start FROM workers WHERE state = 'ready' ORDER BY ready_at, id"
-        ).fetchall():
+                + for_update(con)).fetchall():
             if not same_process_alive(pid, start):
                 con.execute("UPDATE workers SET state = 'gone' WHERE id = ?", (worker_id,))
                 continue
@@ -129,8 +131,8 @@ def retire(store: RunStore, parent_pid: int) -> list[tuple[int, int]]:
     retired one). Returns their (worker id, pid) to signal; pid 0 when not yet known."""
     with store.immediate() as con:
         rows = con.execute(
-            f"SELECT id, pid FROM workers WHERE parent_pid = ? AND state IN {SPARE_STATES}",
-            (parent_pid,)).fetchall()
+            f"SELECT id, pid FROM workers WHERE parent_pid = ? AND state IN {SPARE_STATES}"
+            + for_update(con), (parent_pid,)).fetchall()
         con.executemany("UPDATE workers SET state = 'retired' WHERE id = ?",
                         [(worker_id,) for worker_id, _ in rows])
     return [(worker_id, pid or 0) for worker_id, pid in rows]

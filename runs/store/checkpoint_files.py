@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
+from runs.store.files import data_dir
+
 import numpy as np
 
 EVERY_ENV = "OPTIMIZER_LAB_CHECKPOINT_EVERY_S"
@@ -81,7 +83,10 @@ def every_s() -> float | None:
 
 def run_dir(store_path: str | os.PathLike, run_id: int) -> Path:
     """`<directory of the store file>/checkpoints/run-<id>` (not created)."""
-    return Path(store_path).parent / "checkpoints" / f"run-{int(run_id)}"
+    name = str(store_path)
+    # a file store keeps them beside itself; a PostgreSQL store (a URL) in the data directory
+    base = data_dir() if "://" in name else Path(name).parent
+    return base / "checkpoints" / f"run-{int(run_id)}"
 
 
 def latest_path(store_path: str | os.PathLike, run_id: int) -> Path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,10 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from runs.protocol import COMMAND_KINDS
+from runs.store.connection import database_errors, for_update
 
-Connect = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
+# a sqlite3.Connection or a runs.store.connection.PgConnection (the same calls)
+Connect = Callable[[], contextlib.AbstractContextManager[Any]]
 _PENDING = ("SELECT id, kind, payload FROM commands WHERE run_id = ? AND status = 'pending'"
             " ORDER BY id")
 
@@ -32,7 +33,7 @@ class CommandQueue:
     Args:
         connect: opens one connection and one transaction (`RunStore._connect`).
         frame: the rows of a query as a DataFrame (`Records.frame`).
-        path: the store file (named in errors).
+        path: where the store is, as errors name it (`Backend.label`).
     """
 
     # What the store offers under its own name (`RunStore.__getattr__`).
@@ -40,7 +41,7 @@ class CommandQueue:
               "last_payload", "pending_count", "command_status", "commands")
 
     def __init__(self, connect: Connect, frame: Callable[[str, Sequence[Any]], pd.DataFrame],
-                 path: Path):
+                 path: Path | str):
         self._connect, self._frame, self.path = connect, frame, path
 
     def send_command(self, run_id: int, kind: str, payload: dict[str, Any] | None = None) -> int:
@@ -61,7 +62,10 @@ class CommandQueue:
     def send_command_once(self, run_id: int, kind: str,
                           payload: dict[str, Any] | None = None) -> tuple[int, bool]:
         """Queue a command unless an identical one (same kind and payload) is still pending:
-        one atomic INSERT ... WHERE NOT EXISTS, so two clicks racing cannot both queue it.
+        one INSERT ... WHERE NOT EXISTS, so two clicks racing cannot both queue it. SQLite
+        runs it under its one writer; PostgreSQL (where two READ COMMITTED transactions would
+        not see each other's row) first locks the run's row (`SELECT ... FOR UPDATE`), so the
+        sends to one run take turns, on any number of web servers.
 
         Returns:
             (command id, True when this call queued it; False: the pending twin's id).
@@ -73,6 +77,7 @@ class CommandQueue:
             raise ValueError(f"command kind={kind!r} refused: must be one of {COMMAND_KINDS}")
         text = json.dumps(payload or {})
         with self._connect() as con:
+            con.execute("SELECT id FROM runs WHERE id = ?" + for_update(con), (run_id,))
             cur = con.execute(
                 "INSERT INTO commands (run_id, created, kind, payload) SELECT ?,?,?,? WHERE NOT "
                 "EXISTS (SELECT 1 FROM commands WHERE run_id = ? AND kind = ? AND payload = ? "
@@ -84,23 +89,22 @@ class CommandQueue:
                               (run_id, kind, text)).fetchone()
         return int(row[0]), False
 
-    def pending(self, run_id: int, con: sqlite3.Connection | None = None
-                ) -> list[dict[str, Any]]:
+    def pending(self, run_id: int, con: Any = None) -> list[dict[str, Any]]:
         """The run's pending command rows, oldest first: `id, kind, payload` with the payload as
         stored (JSON text, decoded by `runs.protocol.parse`), so that one malformed row cannot
         stop the others.
 
         Args:
-            con: an open connection to this store to read through (the run loop polls ten
-                times a second: a new connection per poll costs ~0.3 ms, a held one ~4 us); on
-                any SQLite error the read is retried on a new connection, which raises the
-                store's own errors (`StoreUnavailable`).
+            con: an open connection to this store to read through (`RunStore.open_connection`;
+                the run loop polls ten times a second: a new SQLite connection per poll costs
+                ~0.3 ms, a held one ~4 us); on any driver error the read is retried on a new
+                connection, which raises the store's own errors (`StoreUnavailable`).
         """
         if con is not None:
             try:
                 rows = con.execute(_PENDING, (run_id,)).fetchall()
                 return [{"id": i, "kind": k, "payload": p} for i, k, p in rows]
-            except sqlite3.Error:
+            except database_errors():
                 pass
         with self._connect() as fresh:
             rows = fresh.execute(_PENDING, (run_id,)).fetchall()

@@ -1,8 +1,9 @@
 """Where the run store lives and what happens when it cannot be written.
 
 `data_dir()` / `default_store_path()` resolve `$OPTIMIZER_LAB_HOME` (default `~/.optimizer-lab`);
-`StoreUnavailable` turns SQLite's and the OS's errors for a read-only or full data directory
-into one message that names the directory and says what to do.
+`default_store()` is `$OPTIMIZER_LAB_STORE` (a PostgreSQL URL, `runs.store.connection`) when set,
+else that file. `StoreUnavailable` turns SQLite's and the OS's errors for a read-only or full data
+directory (and an unreachable PostgreSQL server) into one message that says what to do.
 """
 
 from __future__ import annotations
@@ -35,11 +36,21 @@ def default_store_path() -> Path:
     return data_dir() / "runs.sqlite"
 
 
+STORE_ENV = "OPTIMIZER_LAB_STORE"
+
+
+def default_store() -> str | Path:
+    """Where the store is: `$OPTIMIZER_LAB_STORE` when set (a `postgresql://` URL, or a SQLite
+    file), else `default_store_path()`."""
+    return os.environ.get(STORE_ENV, "").strip() or default_store_path()
+
+
 class StoreUnavailable(sqlite3.OperationalError):
     """The store cannot be written (or opened): its data directory is read-only, the disk is
-    full, or the file cannot be opened. The message says which, names the directory and what
-    to do; pages show it in one line (`components.store_guard`) and work again as soon as the
-    directory is writable (every call opens its own connection)."""
+    full, the file cannot be opened, or its PostgreSQL server cannot be reached. The message
+    says which, names the directory (or the server) and what to do; pages show it in one
+    line (`components.store_guard`) and work again as soon as the directory is writable or
+    the server is back (every call opens its own connection)."""
 
 
 _UNAVAILABLE_ERRORS = ("full", "readonly", "read-only", "unable to open", "disk i/o error")
@@ -82,15 +93,17 @@ def _unavailable(path: Path, error: BaseException) -> StoreUnavailable | None:
 
 
 # ----- a run's last words, kept where an unwritable store cannot lose them ----------------------
-def last_words_path(store_path: Path, run_id: int) -> Path:
+def last_words_path(store_path: Path | str, run_id: int) -> Path:
     """Where a run whose end could not be written to the store keeps it: the system's temp
     directory, NOT the data directory (that is the directory that could not be written), in a
     folder named after the store's path so two stores never mix."""
-    key = hashlib.sha256(str(Path(store_path).resolve()).encode()).hexdigest()[:16]
+    name = str(store_path)  # a PostgreSQL URL names its store as it is; a file by its real path
+    name = name if "://" in name else str(Path(name).resolve())
+    key = hashlib.sha256(name.encode()).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"optimizer-lab-{key}" / f"run-{run_id}.json"
 
 
-def keep_last_words(store_path: Path, run_id: int, status: str, message: str) -> Path | None:
+def keep_last_words(store_path: Path | str, run_id: int, status: str, message: str) -> Path | None:
     """Keep `status` and `message` of a run's end for the next stale check
     (`RunStore.mark_stale` reads them instead of "ended without finishing"); returns the file,
     or None when even the temp directory cannot be written."""
@@ -105,7 +118,7 @@ def keep_last_words(store_path: Path, run_id: int, status: str, message: str) ->
     return path
 
 
-def take_last_words(store_path: Path, run_id: int) -> dict[str, str] | None:
+def take_last_words(store_path: Path | str, run_id: int) -> dict[str, str] | None:
     """The end a run kept with `keep_last_words` ({"status", "message"}), removed once read;
     None when there is none (or it cannot be read)."""
     path = last_words_path(store_path, run_id)

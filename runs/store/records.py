@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 import time
 from typing import Any
 from collections.abc import Callable, Iterable, Sequence
@@ -28,7 +27,8 @@ from engine.record_rows import (
 )
 from runs.protocol import IMPORTED, checked_name
 
-Connect = Callable[[], contextlib.AbstractContextManager[sqlite3.Connection]]
+# a sqlite3.Connection or a runs.store.connection.PgConnection (the same calls)
+Connect = Callable[[], contextlib.AbstractContextManager[Any]]
 
 
 class Records:
@@ -139,19 +139,18 @@ class Records:
 
     # ----- reads (pages) --------------------------------------------------------------------
     def frame(self, sql: str, params: Sequence[Any]) -> pd.DataFrame:
-        """The rows of one query as a DataFrame.
+        """The rows of one query as a DataFrame (columns named as the query names them;
+        numbers as pandas' `read_sql_query` would give them, with either driver).
 
         Raises:
-            runs.store.files.StoreUnavailable: a full or read-only disk (the sqlite3 error is
-                unwrapped from pandas' `DatabaseError` so that the connection can tell).
+            runs.store.files.StoreUnavailable: a full or read-only disk, or an unreachable
+                PostgreSQL server.
         """
         with self._connect() as con:
-            try:
-                return pd.read_sql_query(sql, con, params=params)
-            except pd.errors.DatabaseError as error:
-                if isinstance(error.__cause__, sqlite3.Error):
-                    raise error.__cause__ from None
-                raise
+            cursor = con.execute(sql, params)
+            columns = [d[0] for d in cursor.description]
+            rows = cursor.fetchall()
+        return pd.DataFrame.from_records(rows, columns=columns, coerce_float=True)
 
     def _display_filter(self, run_id: int, max_points: int | None) -> tuple[str, list[Any]]:
         """SQL condition (and its parameters) keeping about `max_points` steps of a series.

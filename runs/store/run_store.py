@@ -1,4 +1,7 @@
-"""The run store: one SQLite database (WAL mode) that is both the bus and the memory of the lab.
+"""The run store: one database that is both the bus and the memory of the lab: a SQLite file
+(WAL mode; the embedded default) or a PostgreSQL database shared by several web servers
+(`$OPTIMIZER_LAB_STORE=postgresql://...`; the dialect differences live in
+`runs.store.connection`).
 
 Run processes append records in batches (one transaction per batch, so a run killed with SIGKILL
 loses at most the batch it was writing and never corrupts the file); the Streamlit pages read
@@ -41,17 +44,23 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
 from runs.protocol import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, checked_name
 from runs.store import admission
 from runs.store.commands import CommandQueue
-from runs.store.files import _unavailable, default_store_path, take_last_words
+from runs.store.connection import Backend, column_names, dict_rows, for_update
+from runs.store.files import _unavailable, data_dir, default_store, take_last_words
 from runs.store.processes import pid_alive, rss_mb, same_process_alive
 from runs.store.records import Records
-from runs.store.schema import ADDED_RUN_COLUMNS, JSON_RUN_COLUMNS, SCHEMA
+from runs.store.schema import (
+    ADDED_RUN_COLUMNS,
+    JSON_RUN_COLUMNS,
+    add_column_sql,
+    schema_sql,
+)
 
 # A run process writes a heartbeat at least this often (seconds); a silent active run whose pid
 # is gone or whose heartbeat is older than STALE_AFTER is marked interrupted by
@@ -70,29 +79,43 @@ class RunStore:
     `store.scalars(...)` is `store.records.scalars(...)`).
 
     Args:
-        path: the SQLite file (created with its schema when missing); default
-            `default_store_path()`.
+        path: the SQLite file (created with its schema when missing), or a PostgreSQL URL
+            `postgresql://user@host:port/database` (its tables created when missing); default
+            `runs.store.files.default_store()` (`$OPTIMIZER_LAB_STORE`, else
+            `$OPTIMIZER_LAB_HOME/runs.sqlite`). Every statement goes through one connection
+            layer (`runs.store.connection`), which holds the dialect differences.
     """
 
     def __init__(self, path: str | os.PathLike | None = None):
-        self.path = Path(path) if path else default_store_path()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise _unavailable(self.path, error) or error  # noqa: B904 (same error)
+        location = path if path else default_store()
+        self.backend = Backend(location)
+        # `path`: the SQLite file, or the PostgreSQL URL (what another process is given)
+        self.path: Path | str = self.backend.location
+        if isinstance(self.path, Path):
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise _unavailable(self.path, error) or error  # noqa: B904 (same error)
         with self._connect() as con:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.executescript(SCHEMA)
-            present = {row[1] for row in con.execute("PRAGMA table_info(runs)")}
+            self.backend.before_schema(con)
+            con.executescript(schema_sql(self.backend.dialect))
+            present = column_names(con, "runs")
             for column, sql_type in ADDED_RUN_COLUMNS:
                 if column not in present:
                     try:
-                        con.execute(f"ALTER TABLE runs ADD COLUMN {column} {sql_type}")
-                    except sqlite3.OperationalError as error:  # added meanwhile by another process
+                        con.execute(add_column_sql("runs", column, sql_type,
+                                                   self.backend.dialect))
+                    except sqlite3.OperationalError as error:  # added meanwhile elsewhere
                         if "duplicate column" not in str(error):
                             raise
         self.records = Records(self._connect, self.immediate)
-        self.queue = CommandQueue(self._connect, self.records.frame, self.path)
+        self.queue = CommandQueue(self._connect, self.records.frame, self.backend.label)
+
+    @property
+    def data_dir(self) -> Path:
+        """The folder of this server's files (logs, exports): the SQLite file's folder, or
+        `$OPTIMIZER_LAB_HOME` for a PostgreSQL store."""
+        return self.path.parent if isinstance(self.path, Path) else data_dir()
 
     def __getattr__(self, name: str) -> Any:
         # called only for names the class lacks: the public methods of its parts
@@ -102,55 +125,32 @@ class RunStore:
             return getattr(self.queue, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    @contextlib.contextmanager
-    def immediate(self) -> Iterator[sqlite3.Connection]:
-        """One `BEGIN IMMEDIATE` transaction (the write lock taken up front: a read-then-write
-        cannot be overtaken by another writer); committed on success, rolled back on error.
+    def immediate(self) -> contextlib.AbstractContextManager[Any]:
+        """One transaction holding the store's write lock from its first statement (a
+        read-then-write cannot be overtaken by another writer); committed on success, rolled
+        back on error. SQLite `BEGIN IMMEDIATE`, PostgreSQL an advisory lock
+        (`runs.store.connection.Backend.immediate`).
 
         Raises:
             StoreUnavailable: the store cannot be written.
         """
-        con = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-        try:
-            con.execute("BEGIN IMMEDIATE")
-            yield con
-            con.execute("COMMIT")
-        except BaseException as error:
-            if con.in_transaction:
-                con.execute("ROLLBACK")
-            unavailable = _unavailable(self.path, error)
-            if unavailable is not None:
-                raise unavailable from error
-            raise
-        finally:
-            con.close()
+        return self.backend.immediate()
 
-    @contextlib.contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        """One connection and one transaction (committed on success, rolled back on error).
+    def _connect(self) -> contextlib.AbstractContextManager[Any]:
+        """One connection and one transaction (committed on success, rolled back on error):
+        a `sqlite3.Connection`, or a `runs.store.connection.PgConnection` that runs the same
+        SQL on PostgreSQL.
 
         Raises:
-            StoreUnavailable: the data directory is read-only or full, or the file cannot be
-                opened (translated from `sqlite3.OperationalError`).
+            StoreUnavailable: the data directory is read-only or full, the file cannot be
+                opened, or the PostgreSQL server cannot be reached.
         """
-        try:
-            con = sqlite3.connect(self.path, timeout=30.0)
-        except sqlite3.OperationalError as error:
-            raise _unavailable(self.path, error) or error  # noqa: B904 (same error)
-        try:
-            con.execute("PRAGMA busy_timeout=30000")
-            con.execute("PRAGMA synchronous=NORMAL")
-            with con:  # one transaction: committed on success, rolled back on error
-                yield con
-        except (sqlite3.OperationalError, pd.errors.DatabaseError) as error:
-            # pandas' read_sql_query wraps the sqlite3 error: look at its cause
-            unavailable = _unavailable(self.path, error.__cause__ if isinstance(
-                error, pd.errors.DatabaseError) else error)
-            if unavailable is None:
-                raise
-            raise unavailable from error
-        finally:
-            con.close()
+        return self.backend.connect()
+
+    def open_connection(self) -> Any:
+        """A connection in autocommit mode for the caller to hold and close (a run's command
+        poll; `runs.store.connection.Backend.open`)."""
+        return self.backend.open()
 
     # ----- runs -----------------------------------------------------------------------------
     def create_run(self, config: dict[str, Any], name: str = "", status: str = "starting",
@@ -222,8 +222,9 @@ class RunStore:
         `runs.store.admission.admit`); returns the ids claimed (the caller launches their
         processes). A run held back by the budget gets the reason as its `message`.
 
-        One `BEGIN IMMEDIATE` transaction: two processes dispatching at once (a page and a run
-        process that just ended) cannot both fill the same free place. Stale active runs are
+        One `immediate()` transaction: two processes dispatching at once (a page and a run
+        process that just ended, or two web servers on one PostgreSQL) cannot both fill the
+        same free place; the queued rows are read `FOR UPDATE` on PostgreSQL. Stale active runs are
         marked interrupted first (`mark_interrupted`: the dispatcher is where stale runs are
         found), so a run killed with SIGKILL frees its place (a stalled run whose process lives
         keeps it).
@@ -236,9 +237,10 @@ class RunStore:
                 for config, pid, start in con.execute(
                     f"SELECT config, pid, pid_start FROM runs WHERE status IN {ACTIVE_STATUSES}")
             ]
+            # FOR UPDATE (PostgreSQL): a page stopping a queued run waits for this claim
             queued = [(run_id, admission.estimate_mb(json.loads(config))) for run_id, config in
-                      con.execute("SELECT id, config FROM runs WHERE status = ? ORDER BY id",
-                                  (QUEUED,))]
+                      con.execute("SELECT id, config FROM runs WHERE status = ? ORDER BY id"
+                                  + for_update(con), (QUEUED,))]
             # processes of runs that just ended (not this one: a worker handing its place over
             # is about to exit) still hold their memory for a second or two
             ending_mb = sum(
@@ -287,23 +289,19 @@ class RunStore:
             KeyError: no run with this id.
         """
         with self._connect() as con:
-            con.row_factory = sqlite3.Row
-            row = con.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
-        if row is None:
-            raise KeyError(f"run {run_id} is not in the store {self.path}")
-        out = dict(row)
+            rows = dict_rows(con.execute("SELECT * FROM runs WHERE id = ?", (run_id,)))
+        if not rows:
+            raise KeyError(f"run {run_id} is not in the store {self.backend.label}")
+        out = rows[0]
         for key in JSON_RUN_COLUMNS:
             out[key] = json.loads(out[key]) if key in out else {}
         return out
 
     def runs(self) -> pd.DataFrame:
         """Every run (newest first) without its JSON columns decoded (a read only, see `run`)."""
-        with self._connect() as con:
-            return pd.read_sql_query(
-                "SELECT id, name, created, updated, status, message, optimizer, dataset, model,"
-                " seed, device, step, total_steps, config FROM runs ORDER BY id DESC",
-                con,
-            )
+        return self.records.frame(
+            "SELECT id, name, created, updated, status, message, optimizer, dataset, model,"
+            " seed, device, step, total_steps, config FROM runs ORDER BY id DESC", ())
 
     def mark_interrupted(self, now: float | None = None) -> list[int]:
         """Mark active runs whose process is gone (or silent for `STALE_AFTER` s) interrupted:
@@ -335,8 +333,11 @@ class RunStore:
                 words = take_last_words(self.path, run_id) or {
                     "status": "interrupted",
                     "message": "the run process ended without finishing"}
-                con.execute("UPDATE runs SET status = ?, updated = ?, message = ? WHERE id = ?",
-                            (words["status"], now, words["message"], run_id))
+                con.execute(  # still active: a run that just finished keeps its status
+                    "UPDATE runs SET status = ?, updated = ?, message = ? WHERE id = ?"
+                    f" AND status IN {ACTIVE_STATUSES}",
+                    (words["status"], now, words["message"], run_id),
+                )
         return dead
 
     def stalled_for(self, run: dict[str, Any], now: float | None = None) -> float | None:
@@ -385,7 +386,11 @@ class RunStore:
                 (owner, time.time(), run_id, previous)).rowcount == 1
 
     def size_bytes(self) -> int:
-        """Size of the database file plus its WAL, in bytes."""
+        """Size of the database file plus its WAL (PostgreSQL: `pg_database_size`), in bytes."""
+        if not isinstance(self.path, Path):
+            with self._connect() as con:
+                return int(con.execute(
+                    "SELECT pg_database_size(current_database())").fetchone()[0])
         return sum(
             p.stat().st_size for p in (self.path, Path(f"{self.path}-wal")) if p.exists()
         )
@@ -404,4 +409,4 @@ class RunStore:
                 "UPDATE runs SET name = ?, updated = ? WHERE id = ?", (name, time.time(), run_id)
             )
             if cur.rowcount == 0:
-                raise KeyError(f"run {run_id} is not in the store {self.path}")
+                raise KeyError(f"run {run_id} is not in the store {self.backend.label}")
