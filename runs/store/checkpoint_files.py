@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping
 
-from runs.store.files import data_dir
-
 import numpy as np
+
+from runs.store.files import data_dir
 
 EVERY_ENV = "OPTIMIZER_LAB_CHECKPOINT_EVERY_S"
 # Seconds between two checkpoints of a run. 5 s: a server restart or a killed process costs at
