@@ -1,0 +1,151 @@
+"""Pure builders of the class board: DataFrames of `runs.service.challenge_board.Board` in,
+a plotly `go.Figure` or a display DataFrame out; no Streamlit.
+
+Every name a student typed (the nickname) goes through `components.figures.plain` before it
+enters a figure: plotly renders a subset of HTML in trace names, hover text and axis labels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Hashable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from components.figures import _finish, plain
+
+PINNED_WIDTH, OTHER_WIDTH = 4.0, 1.2  # px: a pinned run's curve stands out of the class's
+PINNED_COLORS = ("#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b")
+OTHER_COLOR = "rgba(120, 120, 140, 0.45)"
+MISSING = "none"  # the parallel-coordinates tick of a hyperparameter a run's optimizer lacks
+
+
+def run_label(nickname: object, run_id: int) -> str:
+    """`"<nickname> #<run>"` escaped for plotly (`plain`)."""
+    return plain(f"{nickname} #{int(run_id)}")
+
+
+def loss_overlay_figure(curves: pd.DataFrame, labels: Mapping[int, str],
+                        pinned: Collection[int] = (), name: str = "train_loss",
+                        uirevision: Hashable = "board", height: int = 380) -> go.Figure:
+    """Every run's `name` curve on one chart; pinned runs thick and coloured, drawn last (on
+    top), the others thin and grey.
+
+    Args:
+        curves: long table `run_id, step, name, value` (steps: optimizer steps; loss: nats).
+        labels: run id -> legend text (already escaped, `run_label`); runs without a label
+            are not drawn.
+        pinned: run ids to highlight.
+
+    Returns:
+        One `go.Scattergl` trace per run that has points, unpinned runs first (in `labels`
+        order) then pinned ones; `line.width` `PINNED_WIDTH` or `OTHER_WIDTH`.
+    """
+    fig = go.Figure()
+    rows = curves[curves["name"] == name]
+    pinned = set(int(i) for i in pinned)
+    order = [i for i in labels if i not in pinned] + [i for i in labels if i in pinned]
+    colors = iter(PINNED_COLORS * (len(pinned) // len(PINNED_COLORS) + 1))
+    for run_id in order:
+        series = rows[rows["run_id"] == run_id].sort_values("step")
+        if series.empty:
+            continue
+        top = run_id in pinned
+        fig.add_trace(go.Scattergl(
+            x=series["step"].to_numpy(), y=series["value"].to_numpy(), mode="lines",
+            name=labels[run_id], showlegend=top, legendgroup="pinned" if top else "class",
+            line={"width": PINNED_WIDTH if top else OTHER_WIDTH,
+                  "color": next(colors) if top else OTHER_COLOR},
+            hovertemplate=f"{labels[run_id]}<br>step %{{x}}<br>{plain(name)} %{{y:.4f}}"
+                          "<extra></extra>"))
+    fig = _finish(fig, uirevision, f"{name} of every run ({len(fig.data)}), pinned runs "
+                                   "highlighted", height)
+    fig.update_layout(hovermode="closest", xaxis_title="step", yaxis_title=f"{name} (nats)")
+    return fig
+
+
+def _axis(values: np.ndarray, label: str, log: bool) -> dict:
+    """One parallel-coordinates dimension; a run without the hyperparameter (NaN) is put just
+    below the axis's range and the tick there reads `MISSING`."""
+    shown = np.log10(values) if log else values.astype(float)
+    finite = shown[np.isfinite(shown)]
+    if finite.size == 0:
+        return {}
+    low, high = float(finite.min()), float(finite.max())
+    span = (high - low) or max(abs(high), 1.0)
+    out: dict = {"label": plain(f"log10 {label}" if log else label),
+                 "values": np.where(np.isfinite(shown), shown, low - 0.15 * span)}
+    if not np.isfinite(shown).all():
+        ticks = np.linspace(low, high, 4) if high > low else np.array([low])
+        out["range"] = [low - 0.15 * span, high + 0.02 * span]
+        out["tickvals"] = [low - 0.15 * span, *ticks]
+        out["ticktext"] = [MISSING, *(f"{t:.3g}" for t in ticks)]
+    return out
+
+
+def parcoords_figure(runs: pd.DataFrame, hypers: Sequence[str], score_label: str,
+                     log_hypers: Collection[str] = (), uirevision: Hashable = "board",
+                     height: int = 380) -> go.Figure:
+    """Each scored run as one line across its hyperparameters (as it trains now) and its score
+    (`go.Parcoords`): the landscape of the class's sweep. The line colour is the score (dark =
+    better: lower loss or fewer steps).
+
+    Args:
+        runs: `Board.runs`: `run_id`, `optimizer`, `score` and one column per name of `hypers`.
+        hypers: the hyperparameter columns, in axis order.
+        score_label: the score axis's title (units included, e.g. "val loss at step 2000").
+        log_hypers: names drawn as log10 (learning rates, epsilons: their specs' log scale).
+
+    Returns:
+        One `go.Parcoords` over the runs with a finite score (an `optimizer` axis first when
+        they use more than one); no trace and a "waiting for data..." note when none has one.
+    """
+    scored = runs[np.isfinite(runs["score"].to_numpy(dtype=float))]
+    fig = go.Figure()
+    if not scored.empty:
+        dims = []
+        optimizers = sorted(set(scored["optimizer"]))
+        if len(optimizers) > 1:
+            codes = scored["optimizer"].map({n: i for i, n in enumerate(optimizers)})
+            dims.append({"label": "optimizer", "values": codes.to_numpy(dtype=float),
+                         "tickvals": list(range(len(optimizers))),
+                         "ticktext": [plain(n) for n in optimizers]})
+        for name in hypers:
+            axis = _axis(scored[name].to_numpy(dtype=float), name, name in log_hypers)
+            if axis:
+                dims.append(axis)
+        score = scored["score"].to_numpy(dtype=float)
+        dims.append({"label": plain(score_label), "values": score})
+        fig.add_trace(go.Parcoords(
+            dimensions=dims,
+            line={"color": score, "colorscale": "Viridis", "showscale": True,
+                  "colorbar": {"title": {"text": "score"}}}))
+    title = f"hyperparameters against the score ({len(scored)} of {len(runs)} runs scored)"
+    fig = _finish(fig, uirevision, title, height)
+    fig.update_layout(margin={"l": 60, "r": 40, "t": 80, "b": 30})
+    return fig
+
+
+def leaderboard_frame(runs: pd.DataFrame, hypers: Sequence[str]) -> pd.DataFrame:
+    """The leaderboard as shown: `rank` (int, None without a score), `nickname`, `run`,
+    `optimizer`, the hyperparameters, `score`, `val loss now`, `val acc now`, `step`,
+    `status`, `pinned` (a pin mark). Order kept (best first). Text cells are plain text (the
+    data table does not render markup)."""
+    out = pd.DataFrame({
+        "rank": [None if not math.isfinite(r) else int(r)
+                 for r in runs["rank"].to_numpy(dtype=float)],
+        "nickname": runs["nickname"].astype(str),
+        "run": runs["run_id"].astype(int),
+        "optimizer": runs["optimizer"],
+    })
+    for name in hypers:
+        out[name] = runs[name].to_numpy(dtype=float)
+    out["score"] = runs["score"].to_numpy(dtype=float)
+    out["val loss now"] = runs["val_loss"].to_numpy(dtype=float)
+    out["val acc now"] = runs["val_accuracy"].to_numpy(dtype=float)
+    out["step"] = runs["step"].astype(int).to_numpy()
+    out["status"] = runs["status"].to_numpy()
+    out["pinned"] = ["📌" if p else "" for p in runs["pinned"].astype(bool)]
+    return out
