@@ -129,13 +129,13 @@ def parcoords_figure(runs: pd.DataFrame, hypers: Sequence[str], score_label: str
 
 
 def leaderboard_frame(runs: pd.DataFrame, hypers: Sequence[str]) -> pd.DataFrame:
-    """The leaderboard as shown: `rank` (int, None without a score), `nickname`, `run`,
+    """The leaderboard as shown: `rank` (Int64, <NA> without a score), `nickname`, `run`,
     `optimizer`, the hyperparameters, `score`, `val loss now`, `val acc now`, `step`,
     `status`, `pinned` (a pin mark). Order kept (best first). Text cells are plain text (the
     data table does not render markup)."""
     out = pd.DataFrame({
-        "rank": [None if not math.isfinite(r) else int(r)
-                 for r in runs["rank"].to_numpy(dtype=float)],
+        "rank": pd.array([None if not math.isfinite(r) else int(r)
+                          for r in runs["rank"].to_numpy(dtype=float)], dtype="Int64"),
         "nickname": runs["nickname"].astype(str),
         "run": runs["run_id"].astype(int),
         "optimizer": runs["optimizer"],

@@ -37,9 +37,9 @@ TITLE_CHARS = (1, 80)
 NICKNAME_CHARS = (2, 24)
 # Letters and digits of any script, then spaces, `_`, `-`, `.`: a name a class recognises,
 # nothing a browser or Markdown could read as markup (pages escape it anyway).
-NICKNAME_SYNTAX = re.compile(r"[^\W_](?:[\w .-]*[^\W_])?")
+NICKNAME_SYNTAX = re.compile(r"[^\W_][\w .-]*")
 NICKNAME_ALLOWED = (f"{NICKNAME_CHARS[0]}-{NICKNAME_CHARS[1]} characters: letters, digits, "
-                    "spaces, _ - . (starting and ending with a letter or digit)")
+                    "spaces, _ - . (starting with a letter or digit)")
 
 
 class ChallengeError(ValueError):
