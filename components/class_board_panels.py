@@ -32,6 +32,7 @@ COLUMNS = {
     "val loss now": st.column_config.NumberColumn("val loss now", format="%.4f"),
     "val acc now": st.column_config.NumberColumn("val acc now", format="%.3f"),
     "learning_rate": st.column_config.NumberColumn("learning_rate", format="%.3e"),
+    "pinned": st.column_config.CheckboxColumn("pinned", width="small"),
 }
 
 

@@ -40,8 +40,9 @@ def loss_overlay_figure(curves: pd.DataFrame, labels: Mapping[int, str],
         pinned: run ids to highlight.
 
     Returns:
-        One `go.Scattergl` trace per run that has points, unpinned runs first (in `labels`
-        order) then pinned ones; `line.width` `PINNED_WIDTH` or `OTHER_WIDTH`.
+        One `go.Scatter` trace (SVG: drawn without WebGL) per run that has points, unpinned
+        runs first (in `labels` order) then pinned ones; `line.width` `PINNED_WIDTH` or
+        `OTHER_WIDTH`.
     """
     fig = go.Figure()
     rows = curves[curves["name"] == name]
@@ -53,7 +54,7 @@ def loss_overlay_figure(curves: pd.DataFrame, labels: Mapping[int, str],
         if series.empty:
             continue
         top = run_id in pinned
-        fig.add_trace(go.Scattergl(
+        fig.add_trace(go.Scatter(
             x=series["step"].to_numpy(), y=series["value"].to_numpy(), mode="lines",
             name=labels[run_id], showlegend=top, legendgroup="pinned" if top else "class",
             line={"width": PINNED_WIDTH if top else OTHER_WIDTH,
@@ -131,7 +132,7 @@ def parcoords_figure(runs: pd.DataFrame, hypers: Sequence[str], score_label: str
 def leaderboard_frame(runs: pd.DataFrame, hypers: Sequence[str]) -> pd.DataFrame:
     """The leaderboard as shown: `rank` (Int64, <NA> without a score), `nickname`, `run`,
     `optimizer`, the hyperparameters, `score`, `val loss now`, `val acc now`, `step`,
-    `status`, `pinned` (a pin mark). Order kept (best first). Text cells are plain text (the
+    `status`, `pinned` (bool). Order kept (best first). Text cells are plain text (the
     data table does not render markup)."""
     out = pd.DataFrame({
         "rank": pd.array([None if not math.isfinite(r) else int(r)
@@ -147,5 +148,5 @@ def leaderboard_frame(runs: pd.DataFrame, hypers: Sequence[str]) -> pd.DataFrame
     out["val acc now"] = runs["val_accuracy"].to_numpy(dtype=float)
     out["step"] = runs["step"].astype(int).to_numpy()
     out["status"] = runs["status"].to_numpy()
-    out["pinned"] = ["📌" if p else "" for p in runs["pinned"].astype(bool)]
+    out["pinned"] = runs["pinned"].astype(bool).to_numpy()
     return out

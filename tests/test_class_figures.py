@@ -71,7 +71,7 @@ def test_leaderboard_frame_columns_and_values():
                                    "momentum", "score", "val loss now", "val acc now", "step",
                                    "status", "pinned"]
     assert table["rank"].tolist()[:2] == [1, 2] and table["rank"].iloc[2] is pd.NA
-    assert table["pinned"].tolist() == ["", "📌", ""]
+    assert table["pinned"].tolist() == [False, True, False]
     assert table["nickname"].iloc[1] == HOSTILE  # a text cell: shown as typed, never rendered
     assert math.isnan(table["momentum"].iloc[0])
 
