@@ -72,14 +72,13 @@ def run_actions(challenge_id: int, runs: Any, teacher: bool) -> None:
     """Pick a run of the board; the teacher may pin/unpin or stop any of them, a student only
     stop their own (`components.session_runs.owns`)."""
     owner = session_runs.caller().owner
-    ids = [int(i) for i in runs["run_id"]]
-    if not teacher:
-        ids = [i for i, o in zip(runs["run_id"], runs["owner"]) if o == owner]
-        if not ids:
-            return
+    ids: list[int] = [int(i) for i, o in zip(runs["run_id"], runs["owner"])
+                      if teacher or o == owner]
+    if not ids:
+        return
     labels = {int(i): f"#{int(i)} {n}" for i, n in zip(runs["run_id"], runs["nickname"])}
     left, middle, right = st.columns([2, 1, 1], vertical_alignment="bottom")
-    run_id = left.selectbox("run", ids, key="board_run", format_func=labels.get,
+    run_id = left.selectbox("run", ids, key="board_run", format_func=lambda i: labels[i],
                             help="every run of the challenge" if teacher else
                                  "your runs in this challenge")
     if run_id is None:

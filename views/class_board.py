@@ -27,7 +27,7 @@ CHOSEN = "board_challenge"  # the challenge shown (also in the URL as `?challeng
 
 def init_state() -> None:
     """Every session-state entry of this page, with its default, in one place."""
-    defaults = {MESSAGES: [], "board_export": None}
+    defaults: dict[str, object] = {MESSAGES: [], "board_export": None}
     for key, value in defaults.items():
         st.session_state.setdefault(key, value)
 
