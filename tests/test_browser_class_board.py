@@ -58,7 +58,11 @@ def test_the_board_draws_24_runs(tmp_path):
         try:
             page.set_viewport_size({"width": 1500, "height": 2000})  # the whole board
             page.goto(f"{url}/class_board?challenge={challenge_id}")
-            page.get_by_text("24 runs · 0 training · 24 scored").wait_for()
+            try:
+                page.get_by_text("24 runs · 0 training · 24 scored").wait_for()
+            except api.TimeoutError:
+                no_exception(page, "class-board-timeout")  # an exception box, if any
+                raise
             charts = page.locator('[data-testid="stPlotlyChart"]')
             charts.nth(1).locator(".parcoords").first.wait_for(state="attached")
             idle(page)
