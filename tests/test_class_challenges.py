@@ -6,6 +6,7 @@ hyperparameters and the CSV/Parquet export."""
 from __future__ import annotations
 
 import io
+import json
 import math
 import zipfile
 
@@ -260,3 +261,28 @@ def test_the_board_has_live_hyperparameters_scores_and_curves_and_exports_them(s
 def test_curve_width_keeps_about_200_points():
     assert [challenge_board.curve_every(n) for n in (30, 200, 201, 2000, 10_000, 1_000_000)] \
         == [1, 1, 2, 10, 50, 5000]
+
+
+def test_a_challenge_run_changes_live_only_its_free_hyperparameters(store):
+    import os
+    import time
+
+    from runs.service import control
+    from runs.service.challenge_guard import FixedByChallenge
+
+    challenge_id = challenges.create_challenge(store, SPEC, caller=TEACHER)
+    run_id = store.create_run(BASE, owner=STUDENT.owner)
+    store.update_run(run_id, status="running", pid=os.getpid(), heartbeat=time.time())
+    ChallengeTables(store).link(challenge_id, run_id, "Ada")
+    control.set_hyper(store, run_id, "learning_rate", 0.01, caller=STUDENT)
+    for name, value in (("beta_1", 0.5), ("decay", 0.1)):
+        with pytest.raises(FixedByChallenge, match=f"{name} of run #{run_id} refused: fixed by "
+                                                   f"challenge {challenge_id}; its runs may "
+                                                   "change learning_rate, momentum live"):
+            control.set_hyper(store, run_id, name, value, caller=STUDENT)
+    control.set_hyper(store, run_id, "beta_1", 0.5)  # the server itself (local) may
+    outside = store.create_run(BASE, owner=STUDENT.owner)
+    store.update_run(outside, status="running", pid=os.getpid(), heartbeat=time.time())
+    control.set_hyper(store, outside, "beta_1", 0.5, caller=STUDENT)  # not in a challenge
+    sent = store.commands(run_id)
+    assert [json.loads(p)["name"] for p in sent["payload"]] == ["learning_rate", "beta_1"]
