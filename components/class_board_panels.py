@@ -128,13 +128,18 @@ def board_body(challenge_id: int, spec: ChallengeSpec) -> None:
                                                 uirevision=f"board-{challenge_id}"),
               "board_curves")
     with right:
-        chart(class_figures.parcoords_figure(runs, data.hypers, score_label(spec),
-                                             log_hypers(spec), uirevision=f"board-{challenge_id}"),
-              "board_parcoords")
+        loss_goal = spec.goal == "val_loss_at_step"
+        chart(class_figures.parcoords_figure(
+            runs, data.hypers, score_label(spec), log_hypers(spec),
+            now_column="val_loss" if loss_goal else "val_accuracy",
+            now_label="val loss now (nats)" if loss_goal else "val acc now",
+            higher_is_better=not loss_goal, uirevision=f"board-{challenge_id}"),
+            "board_parcoords")
     st.caption("Left: every run's training loss, pinned runs thick and coloured. Right: one "
-               "line per scored run through its hyperparameters as it trains now (after live "
-               "changes) to its score; drag along an axis to select a range. `none`: the "
-               "run's optimizer has no such hyperparameter.")
+               "line per run through its hyperparameters as it trains now (after live "
+               "changes), its validation metric now and its score; drag along an axis to "
+               "select a range. `none`: the run's optimizer has no such hyperparameter; "
+               "`not yet`: no score yet.")
 
 
 @st.fragment(run_every=BOARD_EVERY_S)

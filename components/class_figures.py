@@ -67,9 +67,9 @@ def loss_overlay_figure(curves: pd.DataFrame, labels: Mapping[int, str],
     return fig
 
 
-def _axis(values: np.ndarray, label: str, log: bool) -> dict:
-    """One parallel-coordinates dimension; a run without the hyperparameter (NaN) is put just
-    below the axis's range and the tick there reads `MISSING`."""
+def _axis(values: np.ndarray, label: str, log: bool = False, missing: str = MISSING) -> dict:
+    """One parallel-coordinates dimension; a run without a value (NaN) is put just below the
+    axis's range and the tick there reads `missing`. {} when no run has a value."""
     shown = np.log10(values) if log else values.astype(float)
     finite = shown[np.isfinite(shown)]
     if finite.size == 0:
@@ -82,48 +82,62 @@ def _axis(values: np.ndarray, label: str, log: bool) -> dict:
         ticks = np.linspace(low, high, 4) if high > low else np.array([low])
         out["range"] = [low - 0.15 * span, high + 0.02 * span]
         out["tickvals"] = [low - 0.15 * span, *ticks]
-        out["ticktext"] = [MISSING, *(f"{t:.3g}" for t in ticks)]
+        out["ticktext"] = [missing, *(f"{t:.3g}" for t in ticks)]
     return out
 
 
 def parcoords_figure(runs: pd.DataFrame, hypers: Sequence[str], score_label: str,
-                     log_hypers: Collection[str] = (), uirevision: Hashable = "board",
-                     height: int = 380) -> go.Figure:
-    """Each scored run as one line across its hyperparameters (as it trains now) and its score
-    (`go.Parcoords`): the landscape of the class's sweep. The line colour is the score (dark =
-    better: lower loss or fewer steps).
+                     log_hypers: Collection[str] = (), now_column: str = "val_loss",
+                     now_label: str = "val loss now (nats)", higher_is_better: bool = False,
+                     uirevision: Hashable = "board", height: int = 380) -> go.Figure:
+    """Each run as one line across its hyperparameters (as it trains now), its validation
+    metric now and its score (`go.Parcoords`): the landscape of the class's sweep, live. The
+    line colour is the metric now (dark = better).
 
     Args:
-        runs: `Board.runs`: `run_id`, `optimizer`, `score` and one column per name of `hypers`.
+        runs: `Board.runs`: `run_id`, `optimizer`, `score`, `now_column` and one column per
+            name of `hypers`.
         hypers: the hyperparameter columns, in axis order.
         score_label: the score axis's title (units included, e.g. "val loss at step 2000").
         log_hypers: names drawn as log10 (learning rates, epsilons: their specs' log scale).
+        now_column, now_label: the live metric (`val_loss` in nats, or `val_accuracy`).
+        higher_is_better: True for accuracy (the colour scale is reversed).
 
     Returns:
-        One `go.Parcoords` over the runs with a finite score (an `optimizer` axis first when
-        they use more than one); no trace and a "waiting for data..." note when none has one.
+        One `go.Parcoords` over the runs that have validated at least once (an `optimizer`
+        axis first when they use more than one; on the score axis a run without a score yet
+        sits at the `not yet` tick below the range, and the axis is left out while no run has
+        a score); no trace and a "waiting for data..." note when no run has validated.
     """
-    scored = runs[np.isfinite(runs["score"].to_numpy(dtype=float))]
+    now_all = runs[now_column].to_numpy(dtype=float)
+    seen = runs[np.isfinite(now_all) | np.isfinite(runs["score"].to_numpy(dtype=float))]
     fig = go.Figure()
-    if not scored.empty:
+    if not seen.empty:
         dims = []
-        optimizers = sorted(set(scored["optimizer"]))
+        optimizers = sorted(set(seen["optimizer"]))
         if len(optimizers) > 1:
-            codes = scored["optimizer"].map({n: i for i, n in enumerate(optimizers)})
+            codes = seen["optimizer"].map({n: i for i, n in enumerate(optimizers)})
             dims.append({"label": "optimizer", "values": codes.to_numpy(dtype=float),
                          "tickvals": list(range(len(optimizers))),
                          "ticktext": [plain(n) for n in optimizers]})
         for name in hypers:
-            axis = _axis(scored[name].to_numpy(dtype=float), name, name in log_hypers)
+            axis = _axis(seen[name].to_numpy(dtype=float), name, name in log_hypers)
             if axis:
                 dims.append(axis)
-        score = scored["score"].to_numpy(dtype=float)
-        dims.append({"label": plain(score_label), "values": score})
+        now = seen[now_column].to_numpy(dtype=float)
+        dims.append(_axis(now, now_label))
+        score = _axis(seen["score"].to_numpy(dtype=float), score_label, missing="not yet")
+        if score:
+            dims.append(score)
+        worst = float(np.nanmax(now)) if np.isfinite(now).any() else 0.0
         fig.add_trace(go.Parcoords(
-            dimensions=dims,
-            line={"color": score, "colorscale": "Viridis", "showscale": True,
-                  "colorbar": {"title": {"text": "score"}}}))
-    title = f"hyperparameters against the score ({len(scored)} of {len(runs)} runs scored)"
+            dimensions=[d for d in dims if d],
+            line={"color": np.where(np.isfinite(now), now, worst), "colorscale": "Viridis",
+                  "reversescale": higher_is_better, "showscale": True,
+                  "colorbar": {"title": {"text": plain(now_label)}}}))
+    scored = int(np.isfinite(runs["score"].to_numpy(dtype=float)).sum())
+    title = (f"hyperparameters, {now_label} and the score ({scored} of {len(runs)} runs "
+             "scored)")
     fig = _finish(fig, uirevision, title, height)
     fig.update_layout(margin={"l": 60, "r": 40, "t": 80, "b": 30})
     return fig

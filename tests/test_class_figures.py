@@ -42,27 +42,40 @@ def test_overlay_draws_every_run_pinned_last_thick_and_escaped():
     assert not empty.data and empty.layout.annotations[0].text == "waiting for data..."
 
 
-def test_parcoords_axes_are_live_hyperparameters_and_the_score():
+def test_parcoords_axes_are_live_hyperparameters_the_metric_now_and_the_score():
     fig = cf.parcoords_figure(RUNS, ["learning_rate", "momentum"], "val loss at step 20 (nats)",
                               log_hypers={"learning_rate"})
     (trace,) = fig.data
     dims = trace.dimensions
     assert [d.label for d in dims] == ["optimizer", "log10 learning_rate", "momentum",
-                                       "val loss at step 20 (nats)"]
-    assert list(dims[0].values) == [0, 1] and list(dims[0].ticktext) == ["adam", "sgd"]
-    assert list(dims[1].values) == pytest.approx([-3.0, -1.0])  # run 3 has no score: left out
-    # Ada's adam has no momentum: placed just below the range, at the `none` tick
-    assert dims[2].values[1] == 0.9 and dims[2].values[0] == pytest.approx(0.9 - 0.15 * 1.0)  # one value: span 1
-    assert dims[2].ticktext[0] == cf.MISSING and dims[2].tickvals[0] == dims[2].values[0]
-    assert list(dims[3].values) == [0.5, 0.8] and list(trace.line.color) == [0.5, 0.8]
-    assert fig.layout.title.text == "hyperparameters against the score (2 of 3 runs scored)"
+                                       "val loss now (nats)", "val loss at step 20 (nats)"]
+    assert list(dims[0].values) == [0, 1, 0] and list(dims[0].ticktext) == ["adam", "sgd"]
+    assert list(dims[1].values) == pytest.approx([-3.0, -1.0, -2.0])
+    # adam has no momentum: one value 0.9 (span 1), the others just below at the `none` tick
+    assert list(dims[2].values) == pytest.approx([0.75, 0.9, 0.75])
+    assert dims[2].ticktext[0] == cf.MISSING and dims[2].tickvals[0] == pytest.approx(0.75)
+    assert list(dims[3].values) == [0.5, 0.8, 1.2] and list(trace.line.color) == [0.5, 0.8, 1.2]
+    # Cy has no score yet: 0.15 of the scores' span (0.3) below the best, at `not yet`
+    assert list(dims[4].values) == pytest.approx([0.5, 0.8, 0.455])
+    assert dims[4].ticktext[0] == "not yet"
+    assert not trace.line.reversescale
+    assert fig.layout.title.text == ("hyperparameters, val loss now (nats) and the score "
+                                     "(2 of 3 runs scored)")
 
 
-def test_parcoords_without_a_score_says_it_waits():
-    fig = cf.parcoords_figure(RUNS.assign(score=np.nan), ["learning_rate"], "score")
-    assert not fig.data and fig.layout.annotations[0].text == "waiting for data..."
+def test_parcoords_before_any_score_and_before_any_validation():
+    fig = cf.parcoords_figure(RUNS.assign(score=np.nan), ["learning_rate"], "score",
+                              now_column="val_accuracy", now_label="val acc now",
+                              higher_is_better=True)
+    assert [d.label for d in fig.data[0].dimensions] == ["optimizer", "learning_rate",
+                                                         "val acc now"]  # no score axis yet
+    assert fig.data[0].line.reversescale  # higher accuracy is better: dark
+    empty = cf.parcoords_figure(RUNS.assign(score=np.nan, val_loss=np.nan), ["learning_rate"],
+                                "score")
+    assert not empty.data and empty.layout.annotations[0].text == "waiting for data..."
     one = cf.parcoords_figure(RUNS[RUNS["optimizer"] == "adam"], ["learning_rate"], "s")
-    assert [d.label for d in one.data[0].dimensions] == ["learning_rate", "s"]  # one optimizer
+    assert [d.label for d in one.data[0].dimensions] == ["learning_rate",
+                                                         "val loss now (nats)", "s"]
 
 
 def test_leaderboard_frame_columns_and_values():
