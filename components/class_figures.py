@@ -136,8 +136,7 @@ def parcoords_figure(runs: pd.DataFrame, hypers: Sequence[str], score_label: str
                   "reversescale": higher_is_better, "showscale": True,
                   "colorbar": {"title": {"text": plain(now_label)}}}))
     scored = int(np.isfinite(runs["score"].to_numpy(dtype=float)).sum())
-    title = (f"hyperparameters, {now_label} and the score ({scored} of {len(runs)} runs "
-             "scored)")
+    title = f"hyperparameters against the score ({scored} of {len(runs)} runs scored)"
     fig = _finish(fig, uirevision, title, height)
     fig.update_layout(margin={"l": 60, "r": 40, "t": 80, "b": 30})
     return fig

@@ -54,7 +54,7 @@ def test_the_board_draws_24_runs(tmp_path):
             tables.set_pinned(challenge_id, run_id, True)
     env = {TEACHER_SECRET_ENV: "chalk-42"}
     with streamlit_server(tmp_path, env=env) as url, api.sync_playwright() as pw:
-        browser, page = open_browser(pw, timeout_ms=90_000)
+        browser, page = open_browser(pw, timeout_ms=240_000)  # a loaded 2-core CI
         try:
             page.set_viewport_size({"width": 1500, "height": 2000})  # the whole board
             page.goto(f"{url}/class_board?challenge={challenge_id}")

@@ -59,8 +59,7 @@ def test_parcoords_axes_are_live_hyperparameters_the_metric_now_and_the_score():
     assert list(dims[4].values) == pytest.approx([0.5, 0.8, 0.455])
     assert dims[4].ticktext[0] == "not yet"
     assert not trace.line.reversescale
-    assert fig.layout.title.text == ("hyperparameters, val loss now (nats) and the score "
-                                     "(2 of 3 runs scored)")
+    assert fig.layout.title.text == "hyperparameters against the score (2 of 3 runs scored)"
 
 
 def test_parcoords_before_any_score_and_before_any_validation():

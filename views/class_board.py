@@ -53,6 +53,8 @@ def on_close(challenge_id: int) -> None:
 def on_export(challenge_id: int) -> None:
     from runs.io.board_export import board_zip
 
+    if not session_runs.caller().is_teacher:
+        return
     _, spec = challenges.load_spec(store(), challenge_id)
     st.session_state["board_export"] = (
         challenge_id, board_zip(challenge_board.board(store(), challenge_id, spec)))
@@ -94,10 +96,11 @@ def chosen_challenge(table) -> int:
 def teacher_tools(row: dict, teacher: bool) -> None:
     """Close and export (the teacher's), beside the link."""
     challenge_id = row["id"]
-    if teacher:
-        st.button("Close the challenge", key="board_close", on_click=on_close,
-                  args=(challenge_id,), disabled=row["status"] != OPEN,
-                  help="no new runs join; the runs training go on")
+    if not teacher:
+        return
+    st.button("Close the challenge", key="board_close", on_click=on_close,
+              args=(challenge_id,), disabled=row["status"] != OPEN,
+              help="no new runs join; the runs training go on")
     st.button("Export the board (CSV + Parquet)", key="board_export_button",
               on_click=on_export, args=(challenge_id,),
               help="every run's hyperparameters, score and curves")
