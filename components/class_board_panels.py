@@ -122,20 +122,18 @@ def board_body(challenge_id: int, spec: ChallengeSpec) -> None:
     labels = {int(i): class_figures.run_label(n, i)
               for i, n in zip(runs["run_id"], runs["nickname"])}
     pinned = [int(i) for i, p in zip(runs["run_id"], runs["pinned"]) if p]
-    left, right = st.columns(2)
-    with left:
-        chart(class_figures.loss_overlay_figure(data.curves, labels, pinned,
-                                                uirevision=f"board-{challenge_id}"),
-              "board_curves")
-    with right:
-        loss_goal = spec.goal == "val_loss_at_step"
-        chart(class_figures.parcoords_figure(
-            runs, data.hypers, score_label(spec), log_hypers(spec),
-            now_column="val_loss" if loss_goal else "val_accuracy",
-            now_label="val loss now (nats)" if loss_goal else "val acc now",
-            higher_is_better=not loss_goal, uirevision=f"board-{challenge_id}"),
-            "board_parcoords")
-    st.caption("Left: every run's training loss, pinned runs thick and coloured. Right: one "
+    # one above the other, full width: a parallel-coordinates plot needs room between its axes
+    chart(class_figures.loss_overlay_figure(data.curves, labels, pinned,
+                                            uirevision=f"board-{challenge_id}"), "board_curves")
+    loss_goal = spec.goal == "val_loss_at_step"
+    chart(class_figures.parcoords_figure(
+        runs, data.hypers, score_label(spec), log_hypers(spec),
+        now_column="val_loss" if loss_goal else "val_accuracy",
+        now_label="val loss now (nats)" if loss_goal else "val acc now",
+        higher_is_better=not loss_goal, uirevision=f"board-{challenge_id}"),
+        "board_parcoords")
+    st.caption("Curves: every run's training loss, pinned runs thick and coloured. Parallel "
+               "coordinates: one "
                "line per run through its hyperparameters as it trains now (after live "
                "changes), its validation metric now and its score; drag along an axis to "
                "select a range. `none`: the run's optimizer has no such hyperparameter; "

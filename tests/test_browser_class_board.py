@@ -56,7 +56,7 @@ def test_the_board_draws_24_runs(tmp_path):
     with streamlit_server(tmp_path, env=env) as url, api.sync_playwright() as pw:
         browser, page = open_browser(pw, timeout_ms=240_000)  # a loaded 2-core CI
         try:
-            page.set_viewport_size({"width": 1500, "height": 2000})  # the whole board
+            page.set_viewport_size({"width": 1500, "height": 2300})  # the whole board
             page.goto(f"{url}/class_board?challenge={challenge_id}")
             try:
                 page.get_by_text("24 runs · 0 training · 24 scored").wait_for()
