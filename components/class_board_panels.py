@@ -51,6 +51,15 @@ def log_hypers(spec: ChallengeSpec) -> set[str]:
             if s.log_scale and s.name in spec.free}
 
 
+@st.cache_data(ttl=BOARD_EVERY_S, show_spinner=False, max_entries=64)
+def board_data(store_path: str, challenge_id: int,
+               spec_json: dict[str, Any]) -> challenge_board.Board:
+    """The board's tables, shared by every session watching this challenge for up to
+    `BOARD_EVERY_S` s: a class of 50 open boards reads the store once per period, not 50
+    times (`clear` after an action, so its author sees it at once)."""
+    return challenge_board.board(store(), challenge_id, ChallengeSpec.model_validate(spec_json))
+
+
 # ----- actions (callbacks) ------------------------------------------------------------------
 def _run_action(action: str, challenge_id: int, run_id: int) -> None:
     state = st.session_state
@@ -65,6 +74,7 @@ def _run_action(action: str, challenge_id: int, run_id: int) -> None:
     except (KeyError, ValueError) as error:  # NotOwner is a ValueError
         state[MESSAGES] = [("error", str(error).strip("'\""))]
         return
+    board_data.clear()
     state[MESSAGES] = [("success", text)]
 
 
@@ -100,7 +110,7 @@ def board_body(challenge_id: int, spec: ChallengeSpec) -> None:
     """One refresh of the board."""
     for level, text in st.session_state.get(MESSAGES, []):  # the last action's outcome
         getattr(st, level)(text)
-    data = challenge_board.board(store(), challenge_id, spec)
+    data = board_data(str(store().path), challenge_id, spec.model_dump())
     runs = data.runs
     teacher = session_runs.caller().is_teacher
     live = int(runs["status"].isin(LIVE_STATUSES).sum())
