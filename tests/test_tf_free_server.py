@@ -242,7 +242,7 @@ def test_export_loads_no_tensorflow(tmp_path):
 
 
 @pytest.mark.parametrize("page, title", [("runs", "Optimizer Lab · Runs"), (
-    "hypergrad", "Optimizer Lab · Hyper-gradients")])
+    "hypergrad", "Optimizer Lab · Hyper-gradients"), ("class_board", "Optimizer Lab · Class")])
 def test_runs_and_hypergradient_pages_render_without_tensorflow(tmp_path, page, title):
     result = probe(APPTEST.format(switch=f"open_page(at, {page!r})"),
                    env={"OPTIMIZER_LAB_HOME": str(tmp_path)})

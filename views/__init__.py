@@ -35,6 +35,7 @@ PAGES = (
     PageEntry("landscape", "Landscape", ":material/landscape:"),
     PageEntry("plugins", "Plugins", ":material/extension:"),
     PageEntry("runs", "Runs", ":material/compare_arrows:"),
+    PageEntry("class_board", "Class", ":material/groups:"),
     PageEntry("keras3", "Keras 3", ":material/upgrade:"),
     PageEntry("conventions", "Conventions", ":material/compare:"),
     PageEntry("precision_distribution", "Mixed precision & distribution", ":material/memory:"),

@@ -15,6 +15,7 @@ import streamlit as st
 
 from components import lesson_panel, run_controls, run_panels, session_runs, setup_state
 from components import live_area, train_setup
+from components import class_join
 from components.hyper_widgets import default_value
 from components.page_store import store
 from components.store_guard import guard_page
@@ -100,10 +101,14 @@ def page() -> None:
     run = selected_run()
     live_run = (run if run is not None and run["status"] in ACTIVE_STATUSES
                 and session_runs.owns(run) else None)
-    train_setup.sidebar(live_run)
-    train_setup.share_setup()
-    with st.sidebar:
-        setup_state.copy_link(state.get("share_url"))
+    challenge = class_join.challenge_of_link()  # `?challenge=ID`: preset and locked
+    if challenge is not None:
+        class_join.sidebar(*challenge, live_run)
+    else:
+        train_setup.sidebar(live_run)
+        train_setup.share_setup()
+        with st.sidebar:
+            setup_state.copy_link(state.get("share_url"))
     setup_state.remember()  # after the widgets: kept under non-widget keys (page switches)
 
     st.title("Optimizer Lab · Train")

@@ -30,6 +30,7 @@ from optimizers import registry
 from runs import protocol
 from runs.protocol import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
 from runs.service import ownership, pool
+from runs.service import challenge_guard
 from runs.service.ownership import LOCAL, Caller, NotOwner
 from runs.service.warm_pool import keep_warm
 from runs.store import checkpoint_files
@@ -142,7 +143,8 @@ def set_hyper(store: RunStore, run_id: int, name: str, value: Any, source: str =
     `protocol.parse` also applies to every row the run process reads.
 
     Raises:
-        NotOwner: `caller` does not own the run.
+        NotOwner: `caller` does not own the run; `challenge_guard.FixedByChallenge` (a
+            NotOwner): the run's class challenge fixes `name`.
         InvalidHyperparameter: `value` is refused by the optimizer's spec.
         KeyError: the run's optimizer has no hyperparameter `name`.
         ValueError: the run is not active; for `name` "lr_schedule" (`value` a serialized
@@ -152,6 +154,7 @@ def set_hyper(store: RunStore, run_id: int, name: str, value: Any, source: str =
             between two steps (`runs.process.handlers`).
     """
     run = _active_run(store, run_id, caller, "set_hyper")
+    challenge_guard.check_change(store, run_id, name, caller)  # a class challenge's fixed ones
     config = run["config"]
     if name in protocol.SCHEDULE_NAMES:
         checked = protocol.checked_run_setting(name, value)

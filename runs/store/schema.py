@@ -141,6 +141,32 @@ ADDED_RUN_COLUMNS = (
 JSON_RUN_COLUMNS = ("config", "optimizer_config", "hyper_variables", "versions",
                     "hypergradient_meta", "hyper_kinds", "correctness_check")
 
+# The class board (`runs.store.challenges`): a teacher's challenges and the runs that joined
+# one. `spec` is the challenge's JSON (`runs.service.challenges.ChallengeSpec`); `status` is
+# `open` (runs may join) or `closed`; `owner` the teacher session's owner id. A run joins at
+# most one challenge (`run_id` is the key); `nickname` is what the student typed (validated
+# when joining, escaped wherever it is shown); `pinned` 1 marks a run the teacher highlights.
+CHALLENGE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS challenges (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    created REAL NOT NULL,
+    title TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL DEFAULT 'open',
+    owner TEXT NOT NULL DEFAULT '',
+    closed REAL
+);
+CREATE TABLE IF NOT EXISTS challenge_runs (
+    run_id INTEGER PRIMARY KEY,
+    challenge_id INTEGER NOT NULL,
+    nickname TEXT NOT NULL,
+    joined REAL NOT NULL,
+    pinned INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS challenge_runs_challenge ON challenge_runs (challenge_id, run_id);
+"""
+SCHEMA += CHALLENGE_SCHEMA
+
 
 # SQLite type -> PostgreSQL type, as written in the DDL above (upper case: column names are
 # lower case and never match). SQLite's INTEGER and REAL are 64-bit; PostgreSQL's INTEGER and
