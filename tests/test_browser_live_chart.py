@@ -2,7 +2,9 @@
 
 * The live charts are the SAME DOM nodes across refreshes (patched with `Plotly.react`, never
   remounted), and every sample has drawn traces; the log-axis toggle reaches the same node.
+* A refresh sends only the new points (a patch on the drawn figure): the loss curve grows.
 * A live learning-rate change shows as a marker on the loss curve.
+* A hidden tab (Page Visibility API) asks for a refresh every 5 s, a shown one twice a second.
 * The page paints (Start usable) before the plugin check answers, says the check is running,
   and lists the plugin optimizer by itself when the check ends.
 """
@@ -13,6 +15,7 @@ import re
 import time
 
 import pytest
+from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from _browser import ARGS, CHROMIUM, no_exception, playwright_api, set_number
 from _streamlit_server import streamlit_server
@@ -28,8 +31,40 @@ SAMPLE_JS = """(keep) => {
                 && now.every((d, i) => d === window.__charts[i]),
           traces: now.map(d => (d.data || []).length),
           drawn: now.map(d => d.querySelectorAll('.scatterlayer .trace path, .hm image').length),
+          points: now.map(d => (((d.data || [])[0] || {}).x || []).length),
           logy: now.length ? ((now[0].layout || {}).yaxis || {}).type : null};
 }"""
+
+
+VISIBILITY_JS = """(state) => {
+  Object.defineProperty(document, 'visibilityState', {configurable: true, get: () => state});
+  document.dispatchEvent(new Event('visibilitychange'));
+}"""
+
+
+def requests_in(page, sent: list[float], seconds: float) -> int:
+    """Websocket frames the page sent (rerun requests) during the next `seconds`."""
+    start = time.monotonic()
+    page.wait_for_timeout(seconds * 1000)
+    return sum(1 for t in sent if start <= t)
+
+
+def page_run_started(payload, page_runs: list[float]) -> None:
+    """Note when a whole-page run begins (its `new_session` names no fragment): the browser
+    clears its fragment timers then, and the run sets them again."""
+    if isinstance(payload, (bytes, bytearray)):
+        msg = ForwardMsg()
+        msg.ParseFromString(bytes(payload))
+        if msg.WhichOneof("type") == "new_session" and not msg.metadata.run.fragment_ids:
+            page_runs.append(time.monotonic())
+
+
+def wait_for_page_run(page, page_runs: list[float], after: float) -> None:
+    deadline = time.monotonic() + 60
+    while not any(t > after for t in page_runs):
+        assert time.monotonic() < deadline, "the visibility change did not rerun the page"
+        page.wait_for_timeout(200)
+    page.wait_for_timeout(1500)  # the page run itself (its timers come with it)
 
 
 def start_long_run(page, url: str) -> None:
@@ -50,6 +85,14 @@ def test_live_charts_are_patched_in_place_and_a_change_shows_on_the_loss_curve(t
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.set_default_timeout(180_000)
+        sent: list[float] = []
+        page_runs: list[float] = []
+
+        def on_websocket(ws) -> None:
+            ws.on("framesent", lambda _: sent.append(time.monotonic()))
+            ws.on("framereceived", lambda payload: page_run_started(payload, page_runs))
+
+        page.on("websocket", on_websocket)
         start_long_run(page, url)
         page.wait_for_function("() => [...document.querySelectorAll('div.lab-live-chart')]"
                                ".filter(d => (d.data || []).length > 0).length >= 2")
@@ -60,6 +103,7 @@ def test_live_charts_are_patched_in_place_and_a_change_shows_on_the_loss_curve(t
             sample = page.evaluate(SAMPLE_JS, False)
             assert sample["same"], sample  # no chart was remounted
             assert sample["traces"][0] >= 1 and sample["drawn"][0] >= 1, sample  # not blank
+        assert sample["points"][0] > first["points"][0], (first, sample)  # patches drawn
         no_exception(page, "train-live-chart")
 
         page.get_by_text("log loss axis").click()
@@ -76,6 +120,21 @@ def test_live_charts_are_patched_in_place_and_a_change_shows_on_the_loss_curve(t
             timeout=60_000)
         assert page.evaluate(SAMPLE_JS, False)["same"]
         no_exception(page, "train-live-change-marker")
+
+        # hidden: the page reruns once (the new timer), then asks every 5 s (the 10 s
+        # heartbeat besides); shown again: twice a second once that page run is over
+        hidden_at = time.monotonic()
+        page.evaluate(VISIBILITY_JS, "hidden")
+        wait_for_page_run(page, page_runs, hidden_at)  # its timers replace the old ones
+        assert requests_in(page, sent, 10.5) <= 4
+        shown_at = time.monotonic()
+        page.evaluate(VISIBILITY_JS, "visible")
+        wait_for_page_run(page, page_runs, shown_at)
+        deadline = time.monotonic() + 60  # once that page run has set the timer again
+        while requests_in(page, sent, 3) < 5:
+            assert time.monotonic() < deadline, "a shown tab did not refresh twice a second"
+        sample = page.evaluate(SAMPLE_JS, False)
+        assert sample["drawn"][0] >= 1, sample
         page.get_by_role("button", name="Stop", exact=True).click()
         page.get_by_text(re.compile(r"status stopped")).first.wait_for()
         browser.close()

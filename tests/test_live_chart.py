@@ -17,9 +17,9 @@ import plotly.graph_objects as go
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from _plotly_arrays import decoded
+from _plotly_arrays import decoded, drawn_figure
 from components.live_chart import (BUNDLE_ROUTE, MAX_HEIGHT, MIN_HEIGHT, PACK_FROM,
-                                   figure_payload)
+                                   chart_payload, figure_payload)
 from runs.store.run_store import RunStore
 from tests.fake_runs import add_fake_run
 from tests._pages import app_test, open_page
@@ -43,19 +43,26 @@ def element_ids(at: AppTest) -> dict[str, str]:
     return {node.type: node.proto.id for node in at.main.children.values()}
 
 
+def live_payload(at: AppTest) -> dict:
+    live = [n for n in at.main.children.values() if n.type == "bidi_component"][0]
+    return json.loads(live.proto.json)
+
+
 def test_the_live_chart_keeps_its_element_id_while_plotly_chart_gets_a_new_one():
     at = AppTest.from_function(two_charts_script).run()
     assert not at.exception
-    first = element_ids(at)
+    first, first_data = element_ids(at), live_payload(at)
     at.run()
     second = element_ids(at)
     assert second["bidi_component"] == first["bidi_component"]  # the same element: patched
     assert second["plotly_chart"] != first["plotly_chart"]  # a new element: remounted
-    live = [n for n in at.main.children.values() if n.type == "bidi_component"][0]
-    data = json.loads(live.proto.json)
-    figure = json.loads(data["figure"])
-    assert figure["data"][0]["y"] == [0, 1, 4]  # the second run's data reached it
+    data = live_payload(at)
+    assert drawn_figure([first_data, data])["data"][0]["y"] == [0, 1, 4]  # the second run's
     assert data["height"] == 300 and data["revision"] == 2
+    # only the new point travelled: a patch on revision 1
+    assert "figure" not in data and data["base"] == 1
+    assert json.loads(data["patch"])["traces"] == [{"keep": {"x": 2, "y": 2},
+                                                    "tail": {"x": [2], "y": [4]}}]
 
 
 def test_the_payload_is_plotly_json_without_the_template():
@@ -100,6 +107,50 @@ def test_long_numeric_arrays_go_as_exact_typed_arrays():
     assert len(json.dumps(line["y"])) < 0.6 * len(json.dumps(losses))
 
 
+def test_a_refresh_sends_only_the_points_added_since_the_previous_one():
+    steps = np.arange(1, 501)
+    loss = 1.0 / steps
+
+    def fig(n, name="train loss", every=1):
+        return {"data": [{"type": "scatter", "x": steps[:n:every], "y": loss[:n:every],
+                          "name": name},
+                         {"type": "scatter", "x": [0, 1, n], "y": [3.0, 2.0, 2.0]}],
+                "layout": {"title": {"text": "Loss"}}}
+
+    first, sent = chart_payload(fig(400), "loss_1", 340, 1, None)
+    payloads = [first]
+    second, sent = chart_payload(fig(450), "loss_1", 340, 2, sent)
+    payloads.append(second)
+    patch = json.loads(second["patch"])
+    assert second["base"] == 1 and patch["layout"] is None
+    assert patch["traces"][0]["keep"] == {"x": 400, "y": 400}
+    assert decoded(patch["traces"][0]["tail"]["y"]).tolist() == loss[400:450].tolist()
+    assert patch["traces"][1] == {"keep": {"x": 2, "y": 3}, "tail": {"x": [450], "y": []}}
+    assert len(second["patch"]) < 0.2 * len(first["figure"])
+    drawn = drawn_figure(payloads)
+    assert drawn["data"][0]["y"] == loss[:450].tolist() and drawn["data"][1]["x"] == [0, 1, 450]
+    # nothing new: an empty patch; a re-thinned curve or another trace property: all of it
+    same, sent = chart_payload(fig(450), "loss_1", 340, 3, sent)
+    assert json.loads(same["patch"])["traces"] == [None, None]
+    thinned, sent = chart_payload(fig(450, every=2), "loss_1", 340, 4, sent)
+    assert "figure" in thinned
+    assert drawn_figure([thinned])["data"][0]["x"] == steps[:450:2].tolist()
+    renamed, sent = chart_payload(fig(450, name="raw"), "loss_1", 340, 5, sent)
+    assert "figure" in renamed
+    layout = fig(451)
+    layout["layout"]["yaxis"] = {"type": "log"}
+    moved, _ = chart_payload(layout, "loss_1", 340, 6, sent)
+    drawn = drawn_figure([renamed, moved])
+    assert drawn["layout"]["yaxis"] == {"type": "log"} and len(drawn["data"][0]["y"]) == 451
+    # a plotly Figure of NumPy arrays (typed arrays in its JSON) is patched the same way
+    figure = go.Figure(go.Scatter(x=steps[:300], y=loss[:300]))
+    _, sent = chart_payload(figure, "loss_2", 340, 1, None)
+    grown, _ = chart_payload(go.Figure(go.Scatter(x=steps[:310], y=loss[:310])), "loss_2",
+                             340, 2, sent)
+    assert json.loads(grown["patch"])["traces"] == [{"keep": {"x": 300, "y": 300}, "tail": {
+        "x": steps[300:310].tolist(), "y": loss[300:310].tolist()}}]
+
+
 @pytest.mark.parametrize("height", [MIN_HEIGHT - 1, MAX_HEIGHT + 1, 340.0, True, "340"])
 def test_a_bad_height_is_refused_naming_the_field(height):
     with pytest.raises(ValueError, match=rf"height={height!r} refused: must be an int in "
@@ -128,7 +179,8 @@ def test_the_train_page_patches_its_charts_while_a_run_is_live(live_run):
     plain_ids = {node.proto.id for node in at.get("plotly_chart")}
     assert not any(f"loss_{run_id}" in k for k in plain_ids)
     loss_node = next(n for n in at.get("bidi_component") if n.proto.id.endswith(f"loss_{run_id}"))
-    loss = json.loads(json.loads(loss_node.proto.json)["figure"])
+    loss_data = json.loads(loss_node.proto.json)
+    loss = json.loads(loss_data["figure"])
     assert [t["name"] for t in loss["data"]][:2] == ["train loss", "val loss"]
     assert loss["layout"]["yaxis"].get("type") != "log"
     # the log-axis toggle mid-run: the same element, now on a log axis
@@ -136,7 +188,9 @@ def test_the_train_page_patches_its_charts_while_a_run_is_live(live_run):
     assert not at.exception, at.exception
     again = next(n for n in at.get("bidi_component") if n.proto.id.endswith(f"loss_{run_id}"))
     assert again.proto.id == loss_node.proto.id
-    assert json.loads(json.loads(again.proto.json)["figure"])["layout"]["yaxis"]["type"] == "log"
+    drawn = drawn_figure([loss_data, json.loads(again.proto.json)])
+    assert drawn["layout"]["yaxis"]["type"] == "log"
+    assert [t["name"] for t in drawn["data"]][:2] == ["train loss", "val loss"]
 
 
 def test_a_finished_run_is_drawn_with_plotly_chart(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from components import lesson_panel, run_controls, run_panels, session_runs, setup_state
-from components import live_area, train_setup
+from components import live_area, live_rows, train_setup
 from components import class_join
 from components.hyper_widgets import default_value
 from components.page_store import store
@@ -37,7 +37,7 @@ def live_view(run: dict[str, Any], active: bool) -> None:
     """One refresh of the live area (`components.live_area`): status, controls and the chosen
     view of the run."""
     run_id = run["id"]
-    scalars = store().scalars(run_id, max_points=run_panels.DISPLAY_POINTS)
+    scalars = live_rows.scalars(store(), run, run_panels.DISPLAY_POINTS)  # new rows only
     # One container for everything above the charts: the number of messages varies from one
     # refresh to the next, and a chart whose position among its siblings shifts is remounted
     # by the browser (drawn from scratch: blank for a moment). Inside a container the shift

@@ -31,6 +31,15 @@ from runs.protocol import IMPORTED, checked_name
 Connect = Callable[[], contextlib.AbstractContextManager[Any]]
 
 
+def display_width(last_step: int, max_points: int) -> int:
+    """The step width `Records.scalars(max_points=...)` keeps: the smallest of 1, 2, 5, 10,
+    20, 50, ... with `last_step / width <= max_points` (steps, both ints >= 0)."""
+    width = 1
+    while max_points and last_step / width > max_points:
+        width = width * 5 // 2 if str(width).startswith("2") else width * 2
+    return width
+
+
 class Records:
     """`append` (one transaction per batch), `import_run` and the DataFrame readers of the
     record tables.
@@ -42,7 +51,7 @@ class Records:
 
     # What the store offers under its own name (`RunStore.__getattr__`).
     PUBLIC = ("append", "import_run", "scalars", "hyper_changes", "slot_stats", "histograms",
-              "last_scalars", "hypergradients", "response_slices", "frame")
+              "last_scalars", "hypergradients", "response_slices", "frame", "scalars_since")
 
     def __init__(self, connect: Connect, immediate: Connect):
         self._connect = connect
@@ -192,6 +201,38 @@ class Records:
         extra, extra_params = self._display_filter(run_id, max_points)
         return self.frame(f"SELECT step, name, value FROM scalars WHERE {where}{extra}"
                            " ORDER BY step", [*params, *extra_params])
+
+    def scalars_since(self, run_id: int, cursor: int = 0,
+                      names: Sequence[str] | None = None) -> tuple[pd.DataFrame, int]:
+        """The scalar rows a run stored after `cursor`, and the cursor to pass next time.
+
+        The cursor is the table's row id (SQLite's `rowid`), which grows with every INSERT:
+        the rows of one batch and of later batches all come after it, so a reader that passes
+        each returned cursor back sees every row exactly once, however the run's batches split
+        its steps. A step cursor would not: a scalar of step s written in a later batch than
+        another scalar of step s would be skipped.
+
+        Args:
+            run_id: the store's run id.
+            cursor: 0 for every row, else a cursor this method returned.
+            names: only these scalars (default all).
+
+        Returns:
+            (`step, name, value` rows in the order they were stored, the largest row id read,
+            or `cursor` itself when there is no new row).
+
+        Raises:
+            runs.store.files.StoreUnavailable: as `frame`.
+        """
+        where = "run_id = ? AND rowid > ?"
+        params: list[Any] = [run_id, int(cursor)]
+        if names:
+            where += f" AND name IN ({','.join('?' * len(names))})"
+            params += list(names)
+        rows = self.frame(f"SELECT rowid AS row, step, name, value FROM scalars WHERE {where}"
+                          " ORDER BY rowid", params)
+        last = int(rows["row"].iloc[-1]) if not rows.empty else int(cursor)
+        return rows.drop(columns="row"), last
 
     def hyper_changes(self, run_id: int) -> pd.DataFrame:
         """`step, name, old, new, source, created` rows of a run, in the order they took effect."""

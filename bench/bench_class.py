@@ -1,0 +1,487 @@
+"""Benchmark: a class of N students on one server, each watching a live run of their own.
+
+For each N (`--n 1,10,25,50`) the bench starts a fresh `streamlit run app.py` (from `--root`,
+default this checkout; a private `OPTIMIZER_LAB_HOME`) and opens N sessions on the entry URL
+(`--entry`, default `/train`; a challenge link such as `/train?challenge=ID` works the same).
+Every session loads the page, presses **Start** (the default setup), watches its run, and
+5 s after its run trains types one new `learning_rate` (a value unique to the session), then
+keeps watching until `--duration` seconds after it connected. One table row per N:
+
+* `train@once`: most runs in status `running` at one sample (1/s); `queue max`: the longest
+  Start -> "status running, step >= 1" a session saw on its page (`>` = still waiting at the end);
+* `steps/s min/med`: per run that trained >= 5 s, (last step - first step) / time between the
+  1 s store samples;
+* `refresh p50/p95`: a fragment rerun's request -> its `script_finished` (seconds; requests the
+  server merged into a later run count from their own sending); `rr/s` fragment reruns finished
+  per session per second; `KB/rr` mean bytes received per fragment rerun (its `new_session` to
+  its `script_finished`);
+* `srv CPU/RSS`: the Streamlit process's CPU (% of one core over the window) and its largest
+  RSS; `ms/rr`: its CPU milliseconds per fragment rerun finished (every session's, page runs
+  included in the CPU): the cost of one refresh, which other load on the machine changes
+  least; `runs RSS`: the largest total RSS of every other process of this data directory (the
+  run processes / hosts: every process whose environment holds this `OPTIMIZER_LAB_HOME`);
+* `MB/run`: marginal memory, (runs RSS - previous row's) / (runs at once - previous row's);
+  the first row divides by its own runs;
+* `write p95`: a probe transaction (`BEGIN IMMEDIATE`, one INSERT into `bench_probe`, COMMIT)
+  on the store every second: what a record batch waits for the write lock and the disk;
+* `xtalk`: two sessions that name the same run as theirs, plus `set_hyper` commands whose run is
+  not the run of the session that typed the value;
+* `lost`: recorded steps missing in the store: for each run, `train_loss` rows expected at
+  every recorded step 1..`runs.step` (the stride rule of `engine.recording.stride`: every step
+  to 1,000, then every 10th, 100th, 1,000th) minus the rows present;
+* `marker p95`: the time from sending the new `learning_rate` to the first frame that carries
+  its marker text `learning_rate → value` (the loss chart's change annotation).
+
+Sessions are `streamlit_ws.BrowserlessSession` clients: Streamlit's websocket protocol spoken
+as its frontend speaks it (see that module: page load, fragment auto-rerun timers, message
+cache, widget triggers). How they are checked against a browser: `--compare K` opens K real
+headless Chromium pages (Debian's `chromium` + Playwright) and K websocket sessions on ONE
+server, all pressing Start, and prints per session the requests sent per second, the fragment
+reruns finished per second and the bytes received per second and per rerun (Chromium's frames
+are counted from Playwright's websocket `framesent` / `framereceived` events and decoded with
+the same `parse_forward`). Run on 2026-11-27 with a load average of 35-60 on the 2 cores
+(other work on the machine), the two did NOT agree: Chromium sent 0.5-0.7 requests/s (its
+renderer, starved of CPU, fires the 0.5 s timer late) and had 0.16-0.28 fragment reruns/s
+finished; the websocket sessions sent 1.0-2.1 requests/s and had 0.02-0.07 finished (K=2: the
+first two Starts train, the others queue, so the sessions did not watch the same thing; K=1:
+both runs trained, 0.26 against 0.05). The cause is not established; repeat `--compare 1` on
+a quiet machine before trusting the rerun rates of the table (its bytes per rerun and the
+store-side columns do not depend on it).
+
+    python bench/bench_class.py --n 1,5 --duration 30          # quick
+    python bench/bench_class.py --n 1,10,25,50 --duration 90
+    python bench/bench_class.py --compare 2 --duration 40
+    python bench/bench_class.py --root /path/to/old/checkout --n 1,10   # "before"
+
+Not a test: numbers to compare before/after on the same machine (2 shared cores here; other
+work on the machine shows in every column: the load average is printed with each row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from _streamlit_server import free_port, health  # noqa: E402
+from streamlit_ws import BrowserlessSession, parse_forward  # noqa: E402
+
+STATUS = r"Run #(\d+) · status (\w+) · step (\d+)"
+CHANGE_AFTER_S = 5.0  # a session changes its learning rate this long after its run trains
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# ----- the server and its processes ---------------------------------------------------------------
+def serve(root: Path, home: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """`streamlit run app.py` of `root` on a free port with `OPTIMIZER_LAB_HOME=home`."""
+    port = free_port()
+    full = dict(os.environ, OPTIMIZER_LAB_HOME=str(home), PYTHONPATH=str(root),
+                TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", **env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1",
+         "--browser.gatherUsageStats", "false"],
+        cwd=root, env=full, stdout=open(home / "streamlit.log", "w"),
+        stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 180
+    while health(port) != "ok":
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise RuntimeError(f"streamlit did not start: {(home / 'streamlit.log').read_text()}")
+        time.sleep(0.3)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def home_pids(home: Path) -> list[int]:
+    """Every process whose environment has `OPTIMIZER_LAB_HOME=home`."""
+    needle = f"OPTIMIZER_LAB_HOME={home}\0".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if needle in Path(f"/proc/{entry}/environ").read_bytes() + b"\0":
+                    out.append(int(entry))
+            except OSError:
+                pass
+    return out
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_SIZE / 2**20
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def stop_all(proc: subprocess.Popen, home: Path) -> None:
+    """Stop the server, then every process of its data directory (runs outlive a server)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in home_pids(home):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+# ----- sampling the store and the processes ----------------------------------------------------
+@dataclass
+class Samples:
+    """1 s samples: `runs[t] = {run_id: (status, step)}`, server CPU seconds, RSS totals and
+    the probe write latencies (seconds)."""
+
+    runs: list[tuple[float, dict[int, tuple[str, int]]]] = field(default_factory=list)
+    server_cpu: list[tuple[float, float]] = field(default_factory=list)
+    server_rss: list[float] = field(default_factory=list)
+    runs_rss: list[float] = field(default_factory=list)
+    writes: list[float] = field(default_factory=list)
+
+
+def sample(home: Path, server: int, stop: threading.Event, out: Samples) -> None:
+    db = home / "runs.sqlite"
+    while not stop.wait(1.0):
+        now = time.monotonic()
+        try:
+            con = sqlite3.connect(db, timeout=30)
+            try:
+                rows = con.execute("SELECT id, status, step FROM runs").fetchall()
+                out.runs.append((now, {i: (s, int(n or 0)) for i, s, n in rows}))
+                start = time.monotonic()
+                con.execute("BEGIN IMMEDIATE")
+                con.execute("CREATE TABLE IF NOT EXISTS bench_probe (t REAL)")
+                con.execute("INSERT INTO bench_probe VALUES (?)", (time.time(),))
+                con.commit()
+                out.writes.append(time.monotonic() - start)
+            finally:
+                con.close()
+        except sqlite3.Error:
+            pass
+        out.server_cpu.append((now, cpu_s(server)))
+        out.server_rss.append(rss_mb(server))
+        out.runs_rss.append(sum(rss_mb(p) for p in home_pids(home) if p != server))
+
+
+# ----- one session -------------------------------------------------------------------------------
+@dataclass
+class Student:
+    """What one session did and saw (monotonic seconds)."""
+
+    index: int
+    lr: float
+    run_id: int | None = None
+    pressed: float | None = None
+    running: float | None = None
+    changed: float | None = None
+    marker: float | None = None
+    error: str = ""
+
+
+async def student(url: str, me: Student, until: float) -> BrowserlessSession:
+    session = BrowserlessSession(url)
+    # the change marker's text, `learning_rate → value` (UTF-8 or JSON-escaped), the value
+    # not followed by another digit (0.0011 is not 0.00113)
+    pattern = (rb"learning_rate (?:\xe2\x86\x92|\\u2192) "
+               + re.escape(f"{me.lr:.6g}").encode() + rb"(?![0-9])")
+
+    async def actions(s: BrowserlessSession) -> None:
+        try:
+            await s.loaded(until - time.monotonic())
+            while "Start" not in s.widgets and time.monotonic() < until:
+                await asyncio.sleep(0.2)
+            me.pressed = time.monotonic()
+            await s.press("Start")
+            while time.monotonic() < until:
+                await asyncio.sleep(0.1)
+                found = s.text_matching(STATUS)
+                if found and me.run_id is None:
+                    me.run_id = int(found.group(1))
+                if found and found.group(2) == "running" and int(found.group(3)) >= 1:
+                    me.running = time.monotonic()
+                    break
+            if me.running is None or me.running + CHANGE_AFTER_S > until - 5:
+                return
+            await asyncio.sleep(CHANGE_AFTER_S)
+            s.watch(pattern)
+            me.changed = time.monotonic()
+            await s.set_number("learning_rate", me.lr)
+        except Exception as error:  # noqa: BLE001 - reported in the row, the class goes on
+            me.error = repr(error)
+
+    try:
+        await session.run(until, actions)
+    except Exception as error:  # noqa: BLE001
+        me.error = me.error or repr(error)
+    me.marker = session.watches.get(pattern)
+    return session
+
+
+# ----- the row -----------------------------------------------------------------------------------
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def expected_records(step: int) -> int:
+    """Recorded steps in 1..step under the stride rule of `engine.recording.stride`."""
+    count = 0
+    for lo, hi, width in ((1, 1_000, 1), (1_001, 10_000, 10), (10_001, 100_000, 100),
+                          (100_001, 10**9, 1_000)):
+        top = min(step, hi)
+        if top >= lo:
+            count += top // width - (lo - 1) // width
+    return count
+
+
+def store_checks(home: Path, students: list[Student]) -> tuple[int, int]:
+    """(cross-talk, lost records) read from the store after the sessions closed."""
+    con = sqlite3.connect(home / "runs.sqlite", timeout=60)
+    try:
+        ids = [s.run_id for s in students if s.run_id is not None]
+        xtalk = len(ids) - len(set(ids))
+        commands = con.execute("SELECT run_id, payload FROM commands WHERE kind = 'set_hyper'"
+                               ).fetchall()
+        by_value = {s.lr: s.run_id for s in students}
+        for run_id, payload in commands:  # a value typed by session i must steer i's run
+            value = json.loads(payload).get("value")
+            if value in by_value and run_id != by_value[value]:
+                xtalk += 1
+        lost = 0
+        for run_id, step in con.execute("SELECT id, step FROM runs").fetchall():
+            have = con.execute("SELECT COUNT(DISTINCT step) FROM scalars WHERE run_id = ? AND"
+                               " name = 'train_loss' AND step BETWEEN 1 AND ?",
+                               (run_id, step or 0)).fetchone()[0]
+            lost += max(0, expected_records(int(step or 0)) - have)
+    finally:
+        con.close()
+    return xtalk, lost
+
+
+def steps_per_s(samples: Samples) -> list[float]:
+    first: dict[int, tuple[float, int]] = {}
+    last: dict[int, tuple[float, int]] = {}
+    for t, runs in samples.runs:
+        for rid, (status, step) in runs.items():
+            if status == "running" and step > 0:
+                first.setdefault(rid, (t, step))
+                last[rid] = (t, step)
+    return [(last[r][1] - first[r][1]) / (last[r][0] - first[r][0])
+            for r in first if last[r][0] - first[r][0] >= 5]
+
+
+@dataclass
+class Row:
+    n: int
+    text: str
+    runs_rss: float
+    at_once: int
+
+
+def class_row(n: int, args: argparse.Namespace, previous: Row | None) -> Row:
+    home = Path(tempfile.mkdtemp(prefix=f"bench-class-{n}-"))
+    proc, base = serve(args.root, home, dict(args.env))
+    samples, stop = Samples(), threading.Event()
+    sampler = threading.Thread(target=sample, args=(home, proc.pid, stop, samples), daemon=True)
+    students = [Student(i, round(0.0011 + 0.00001 * i, 8)) for i in range(n)]
+    try:
+        sampler.start()
+        start = time.monotonic()
+
+        async def everyone() -> list[BrowserlessSession]:
+            tasks = []
+            for s in students:
+                tasks.append(asyncio.create_task(student(
+                    base + args.entry, s, time.monotonic() + args.duration)))
+                await asyncio.sleep(args.stagger)
+            return await asyncio.gather(*tasks)
+
+        sessions = asyncio.run(everyone())
+        window = time.monotonic() - start
+    finally:
+        stop.set()
+        sampler.join(timeout=10)
+        stop_all(proc, home)
+    xtalk, lost = store_checks(home, students)
+    frag = [r for s in sessions for r in s.reruns if r.fragment and r.done is not None]
+    refresh = [r.done - r.sent for r in frag]
+    finished = [sum(1 for _, _, f in s.finished if f) for s in sessions]
+    frag_bytes = [b for s in sessions for is_fragment, b in s.run_bytes if is_fragment]
+    waits = [(s.running - s.pressed) for s in students if s.running and s.pressed]
+    waiting = [s for s in students if s.pressed and not s.running]
+    queue = max(waits, default=0.0)
+    queue_text = f"{queue:.1f}" + (f" ({len(waiting)} >{window:.0f})" if waiting else "")
+    rates = steps_per_s(samples)
+    at_once = max((sum(1 for st, _ in runs.values() if st == "running")
+                   for _, runs in samples.runs), default=0)
+    cpu = samples.server_cpu
+    cpu_pct = (100 * (cpu[-1][1] - cpu[0][1]) / (cpu[-1][0] - cpu[0][0])
+               if len(cpu) > 1 and cpu[-1][0] > cpu[0][0] else float("nan"))
+    cpu_per_rerun = ((cpu[-1][1] - cpu[0][1]) * 1000 / sum(finished)
+                     if len(cpu) > 1 and sum(finished) else float("nan"))
+    runs_rss = max(samples.runs_rss, default=0.0)
+    if previous and at_once != previous.at_once:
+        marginal = (runs_rss - previous.runs_rss) / (at_once - previous.at_once)
+    else:
+        marginal = runs_rss / at_once if at_once else float("nan")
+    markers = [s.marker - s.changed for s in students if s.marker and s.changed]
+    errors = [s.error for s in students if s.error]
+    text = (f"{n:>3} | {at_once:>3} | {queue_text:>12} | "
+            f"{min(rates, default=float('nan')):6.1f} {statistics.median(rates) if rates else float('nan'):6.1f} | "
+            f"{pct(refresh, .5):5.2f} {pct(refresh, .95):5.2f} | "
+            f"{statistics.mean(finished) / window if finished else 0:4.2f} | "
+            f"{statistics.mean(frag_bytes) / 1024 if frag_bytes else 0:6.1f} | "
+            f"{cpu_pct:4.0f}% {max(samples.server_rss, default=0):6.0f} {cpu_per_rerun:6.0f} | "
+            f"{runs_rss:7.0f} | "
+            f"{marginal:6.0f} | {pct(samples.writes, .95) * 1000:6.1f} | {xtalk:>5} | {lost:>4} | "
+            f"{pct(markers, .95):5.2f} ({len(markers)}/{n}) | {os.getloadavg()[0]:4.1f}")
+    if errors:
+        text += f"\n      errors: {errors[:3]}"
+    return Row(n, text, runs_rss, at_once)
+
+
+HEADER = ("  N | run | queue max s  | steps/s min  med | refresh p50 p95 | rr/s | KB/rr  | "
+          "srv CPU  RSS MB  ms/rr | runs RSS | MB/run | write p95 ms | xtalk | lost | marker p95 s "
+          "(seen) | load")
+
+
+# ----- browser vs websocket client ---------------------------------------------------------------
+def compare(args: argparse.Namespace) -> None:
+    """K Chromium pages and K websocket sessions on one server: reruns/s and bytes per session."""
+    from playwright.sync_api import sync_playwright
+
+    home = Path(tempfile.mkdtemp(prefix="bench-class-compare-"))
+    proc, base = serve(args.root, home, dict(args.env))
+    url = base + args.entry
+    results: list[str] = []
+    try:
+        students = [Student(i, round(0.0011 + 0.00001 * i, 8)) for i in range(args.compare)]
+        holder: dict[str, list[BrowserlessSession]] = {}
+
+        def ws_side() -> None:
+            async def everyone() -> list[BrowserlessSession]:
+                until = time.monotonic() + args.duration
+                return await asyncio.gather(*(student(url, s, until) for s in students))
+            holder["sessions"] = asyncio.run(everyone())
+
+        thread = threading.Thread(target=ws_side)
+        thread.start()
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=shutil.which("chromium"),
+                                        args=CHROMIUM_ARGS)
+            counters = []
+            pages = []
+            for i in range(args.compare):
+                page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+                counter = {"bytes": 0, "finished": 0, "start": time.monotonic(), "sent": 0}
+
+                def on_ws(ws, counter=counter) -> None:
+                    ws.on("framesent", lambda _, counter=counter: counter.__setitem__(
+                        "sent", counter["sent"] + 1))
+
+                    def frame(payload, counter=counter) -> None:
+                        if isinstance(payload, (bytes, bytearray)):
+                            counter["bytes"] += len(payload)
+                            parsed = parse_forward(bytes(payload))
+                            if parsed.finished and parsed.fragment_ids:
+                                counter["finished"] += 1
+                    ws.on("framereceived", frame)
+                page.on("websocket", on_ws)
+                page.goto(url, timeout=180_000)
+                pages.append(page)
+                counters.append(counter)
+            for page in pages:
+                page.get_by_role("button", name="Start").wait_for(timeout=180_000)
+                page.get_by_role("button", name="Start").click()
+            deadline = time.monotonic() + args.duration
+            while time.monotonic() < deadline:
+                pages[0].wait_for_timeout(500)
+            for counter in counters:
+                span = time.monotonic() - counter["start"]
+                results.append(f"chromium  sent/s {counter['sent'] / span:5.2f}  "
+                               f"rr/s {counter['finished'] / span:5.2f}  "
+                               f"KB/s {counter['bytes'] / span / 1024:7.1f}  KB/rr "
+                               f"{counter['bytes'] / max(counter['finished'], 1) / 1024:6.1f}")
+            browser.close()
+        thread.join()
+        for s in holder["sessions"]:
+            span = (s.frames[-1][0] - s.frames[0][0]) if s.frames else 1.0
+            done = sum(1 for _, _, f in s.finished if f)
+            results.append(f"websocket sent/s {len(s.reruns) / span:5.2f}  "
+                           f"rr/s {done / span:5.2f}  KB/s "
+                           f"{s.bytes_in / span / 1024:7.1f}  KB/rr "
+                           f"{s.bytes_in / max(done, 1) / 1024:6.1f}")
+        results.append("(KB/rr here: all bytes received / fragment reruns finished, the same "
+                       "count for both kinds of session)")
+    finally:
+        stop_all(proc, home)
+    print(f"compare: {args.compare} Chromium pages + {args.compare} websocket sessions, "
+          f"{args.duration:g} s, load {os.getloadavg()[0]:.1f}")
+    print("\n".join(results))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the checkout whose app.py is served")
+    parser.add_argument("--n", default="1,10,25,50", help="session counts, comma-separated")
+    parser.add_argument("--duration", type=float, default=90.0,
+                        help="seconds each session stays connected")
+    parser.add_argument("--entry", default="/train",
+                        help="the page every session opens, with its query (e.g. "
+                             "/train?challenge=ID)")
+    parser.add_argument("--stagger", type=float, default=0.1,
+                        help="seconds between two sessions connecting")
+    parser.add_argument("--env", action="append", default=[], type=lambda v: v.split("=", 1),
+                        metavar="KEY=VALUE", help="extra environment of the server")
+    parser.add_argument("--compare", type=int, default=0, metavar="K",
+                        help="instead of the table: K Chromium pages vs K websocket sessions")
+    args = parser.parse_args(argv)
+    args.root = args.root.resolve()
+    if args.compare:
+        compare(args)
+        return 0
+    counts = [int(v) for v in args.n.split(",") if v.strip()]
+    if any(not 1 <= c <= 200 for c in counts):
+        parser.error(f"--n {args.n!r} refused: each count must be in [1, 200]")
+    print(f"bench_class: root {args.root}, entry {args.entry}, {args.duration:g} s per N, "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start", flush=True)
+    print(HEADER, flush=True)
+    previous = None
+    for n in counts:
+        previous = class_row(n, args, previous)
+        print(previous.text, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
