@@ -31,7 +31,6 @@ from settings.run_config import RunConfig
 
 CASES = {  # name -> (optimizer, options, hyperparameters)
     "sgd": ("sgd", {}, {"learning_rate": 0.1}),
-    "sgd-nesterov": ("sgd", {"nesterov": True}, {"learning_rate": 0.1, "momentum": 0.9}),
     "adam": ("adam", {}, {"learning_rate": 0.01}),
     "amsgrad": ("adam", {"amsgrad": True}, {"learning_rate": 0.01}),
     "rmsprop": ("rmsprop", {}, {"learning_rate": 0.01}),

@@ -8,7 +8,7 @@ Row names (`DiagnosticRow.name`), `variable` is "" unless said:
 
 | name                        | value                                                          |
 |-----------------------------|----------------------------------------------------------------|
-| `sharpness`                 | top eigenvalue of the training-loss Hessian, 1/nats-free units |
+| `sharpness`                 | top eigenvalue of the training-loss Hessian (nats / weight^2)  |
 | `sharpness_threshold`       | its stability threshold at the step's learning rate            |
 | `preconditioned_sharpness`  | top eigenvalue of P^-1 H (Adam, RMSprop)                       |
 | `preconditioned_threshold`  | its threshold, e.g. (2 + 2 beta_1) / ((1 - beta_1) lr)         |
