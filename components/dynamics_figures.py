@@ -28,7 +28,7 @@ from engine.diagnostics import catalog
 # "Reached the threshold": within this fraction below it. Sharpness at the edge of stability
 # hovers around the threshold, a little above and below (Cohen et al. 2021, fig. 1), and a
 # 20-step Lanczos estimate is a lower bound of lambda_1.
-REACH_TOLERANCE = 0.05
+REACH_TOLERANCE = 0.02
 COLORS = {"value": "#1f77b4", "threshold": "#d62728", "band": "rgba(44, 160, 44, 0.15)"}
 
 

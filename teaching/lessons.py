@@ -231,8 +231,9 @@ LESSONS: tuple[Lesson, ...] = (
         stage=0,
         claims=(
             Claim(2, "the first recorded step where the sharpness reached 2/lr = 10 (within "
-                     "5 %; sharpness every 25 steps, seed 0), and its value there",
-                  "step **400**, λ₁ = **9.74**; it then hovers at 9.8-10.2", "eos_reached"),
+                     "2 %; sharpness every 25 steps, seed 0), and its value there",
+                  "step **425**, λ₁ = **10.0** (from 2.8 at step 1); it then hovers at "
+                  "9.8-10.2", "eos_reached"),
             Claim(3, "the sharpness 200 steps after raising the learning rate to 0.4 at step "
                      "500, against the new 2/lr = 5",
                   "**4.18**: it fell from about 10 with the threshold, and drifts lower as "

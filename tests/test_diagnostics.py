@@ -226,7 +226,7 @@ def test_threshold_crossing_marks_the_first_step_that_reaches_it():
         "step": [1, 1, 50, 50, 100, 100, 150, 150],
         "name": [catalog.SHARPNESS, catalog.SHARPNESS_THRESHOLD] * 4,
         "variable": [""] * 8,
-        "value": [5.0, 20.0, 15.0, 20.0, 19.2, 20.0, 21.0, 20.0],
+        "value": [5.0, 20.0, 15.0, 20.0, 19.7, 20.0, 21.0, 20.0],
         "seconds": [0.1, 0, 0.1, 0, 0.1, 0, 0.1, 0]})
     assert figs.threshold_crossing(rows, catalog.SHARPNESS, catalog.SHARPNESS_THRESHOLD) == 100
     assert figs.threshold_crossing(rows, catalog.SHARPNESS, catalog.SHARPNESS_THRESHOLD,
