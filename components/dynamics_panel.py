@@ -21,10 +21,11 @@ from settings import fields
 
 SWITCHES = ("update_ratio", "sharpness", "noise_scale")  # `RunConfig` on/off fields
 # Measured by bench/bench_diagnostics.py (digits MLP, batch 128, Adam, 2 shared CPU cores).
-COST_NOTE = ("Costs on the digits MLP (bench/bench_diagnostics.py): update ratio ≈ 0.1-0.3× "
-             "a step per record (every K = 10 steps: ≤ 3 %); noise scale ≈ 20× a step per "
-             "record; sharpness ≈ 200-1,000× a step per record (20 Hessian-vector products on "
-             "the training set, twice for Adam/RMSprop). The default K keep each ≤ 10 %.")
+COST_NOTE = ("Cost of one record on the digits MLP with Adam, batch 128 "
+             "(bench/bench_diagnostics.py, 2 shared cores): update ratio ≈ 0.2 steps (every "
+             "10 steps: ≈ 2 %); noise scale ≈ 20 steps (every 200: ≈ 10 %); sharpness ≈ 1,050 "
+             "steps (20 Hessian-vector products on the training set, twice for Adam/RMSprop; "
+             "every 10,000: ≈ 10 %). A lesson may ask for more often, at that cost.")
 
 
 def setup_widgets() -> None:
