@@ -14,6 +14,7 @@ import streamlit as st
 
 from components import device_list, figures, plugin_loader, rule_view
 from components import run_controls, setup_state
+from components import dynamics_panel
 from components.hyper_widgets import (default_index, default_value, hyper_widgets,
                                       invalid_hypers, number_args, option_widgets,
                                       schedule_widgets, slider_bounds)
@@ -268,6 +269,7 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
         st.selectbox("device", devices, key="device", index=default_index("device", devices),
                      help=fields.help_text("device"))
         hypergradient_widgets(optimizer, specs)
+        dynamics_panel.setup_widgets()
         st.button("Start", key="start", type="primary", on_click=on_start,
                   width="stretch", disabled=not setup_ok)
         for message in state["start_errors"]:

@@ -12,8 +12,9 @@ hyperparameters, `iterations`) and the batch order from copies taken before, bit
 whose config `can_serve` then adopts it and trains exactly as a freshly built engine would
 (tests/test_prepared_engine.py).
 
-What may differ between the prepared config and a run's for it to serve: only `steps` and
-`eval_every`, which the run loop reads and the traced step does not; anything else (seed,
+What may differ between the prepared config and a run's for it to serve: only `steps`,
+`eval_every` and the diagnostics' settings, which the run loop reads and the traced step does
+not; anything else (seed,
 optimizer, hyperparameters, data, dtype, compiler, device...) builds a fresh engine.
 """
 
@@ -28,7 +29,10 @@ from engine.train_step import Engine
 from settings.run_config import RunConfig
 
 # RunConfig fields a prepared engine may differ in: read by the run loop, not by the trace.
-ADOPTABLE = frozenset({"steps", "eval_every"})
+ADOPTABLE = frozenset({"steps", "eval_every",
+                       # the diagnostics (`engine.diagnostics.recorder`) read them per run
+                       "update_ratio", "update_ratio_every", "sharpness", "sharpness_every",
+                       "noise_scale", "noise_scale_every"})
 
 
 def _state(engine: Engine) -> list[Any]:  # tf.Variable objects

@@ -85,6 +85,18 @@ class ResponseSliceRow(NamedTuple):
     center: int  # 1 on the row of the current value, else 0
 
 
+class DiagnosticRow(NamedTuple):
+    """One training-dynamics value at a step (`engine.diagnostics.catalog` names them:
+    sharpness and its threshold, preconditioned sharpness, update ratio per variable, noise
+    scale and its parts, the step time)."""
+
+    step: int
+    name: str
+    variable: str  # the variable's label for per-variable values (update ratio), else ""
+    value: float
+    seconds: float  # wall time this diagnostic cost at this step (its main row), else 0
+
+
 # table name -> row type, in the order `append` writes them
 ROW_TYPES: dict[str, type[Any]] = {  # NamedTuple classes
     "scalars": ScalarRow,
@@ -93,6 +105,7 @@ ROW_TYPES: dict[str, type[Any]] = {  # NamedTuple classes
     "hyper_changes": HyperChangeRow,
     "hypergradients": HypergradientRow,
     "response_slices": ResponseSliceRow,
+    "diagnostics": DiagnosticRow,
 }
 STORED_AFTER: dict[str, tuple[str, ...]] = {"hyper_changes": ("created",)}
 # NumPy scalars (np.float32 losses, np.int64 steps) bind as the Python numbers they hold, in

@@ -77,6 +77,14 @@ class RunConfig(BaseModel):
         reverse_every: steps between truncated reverse-mode evaluations, 1..100,000.
         autotune: followed name -> hyper learning rate eta > 0 (RTHO; see `hypergrad.rtho`).
         autotune_every: K, steps between RTHO updates, 1..10,000.
+        update_ratio, update_ratio_every: "on" (default) or "off"; K, ||delta w|| / ||w|| per
+            variable every K steps among those that record statistics, 1..100,000
+            (`engine.diagnostics.update_ratio`).
+        sharpness, sharpness_every: "off" (default) or "on"; K, steps between records of the
+            top Hessian eigenvalue (and of P^-1 H for Adam/RMSprop), 1..100,000
+            (`engine.diagnostics.sharpness`).
+        noise_scale, noise_scale_every: "off" (default) or "on"; K, steps between estimates of
+            the gradient noise scale, 1..100,000 (`engine.diagnostics.noise_scale`).
 
     Raises:
         pydantic.ValidationError: any field out of range or unknown; messages name the field.
@@ -155,6 +163,31 @@ class RunConfig(BaseModel):
         "widget": "hg_autotune_every", "group": "hypergradients", "label": "auto-tune every K",
         "help": "steps between RTHO updates (switched on per hyperparameter on the "
                 "Hyper-gradients page)"})
+
+    # Training-dynamics diagnostics (`engine.diagnostics`): sharpness and noise scale cost
+    # Hessian-vector products / per-example gradients, so they are off unless asked for and
+    # taken every K steps, K chosen so that they cost <= 10 % of the plain step on the digits
+    # MLP (bench/bench_diagnostics.py, Adam, batch 128: a record costs ~1,050 steps for the
+    # sharpness (two eigenvalues), ~20 for the noise scale, ~0.2 for the update ratio, which
+    # reuses the recorded update norm).
+    update_ratio: Literal["on", "off"] = Field("on", json_schema_extra={
+        "label": "update/weight ratio",
+        "help": "record ||Δw|| / ||w|| per variable every K recorded steps (cheap)"})
+    update_ratio_every: int = Field(10, ge=1, le=100_000, json_schema_extra={
+        "group": "diagnostics", "label": "update ratio every K",
+        "help": "steps between update/weight-ratio records (on steps that record statistics)"})
+    sharpness: Literal["off", "on"] = Field("off", json_schema_extra={
+        "help": "record the top Hessian eigenvalue (and P⁻¹H's for Adam/RMSprop) against its "
+                "edge-of-stability threshold, every K steps"})
+    sharpness_every: int = Field(10_000, ge=1, le=100_000, json_schema_extra={
+        "group": "diagnostics", "label": "sharpness every K",
+        "help": "steps between sharpness records (20 Lanczos Hessian-vector products each)"})
+    noise_scale: Literal["off", "on"] = Field("off", json_schema_extra={
+        "label": "noise scale",
+        "help": "record the gradient noise scale B_simple = tr(Σ)/|G|² every K steps"})
+    noise_scale_every: int = Field(200, ge=1, le=100_000, json_schema_extra={
+        "group": "diagnostics", "label": "noise scale every K",
+        "help": "steps between noise-scale estimates (64 per-example gradients each)"})
 
     @field_validator("lr_schedule", mode="before")
     @classmethod

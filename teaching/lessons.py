@@ -199,6 +199,48 @@ LESSONS: tuple[Lesson, ...] = (
         ),
     ),
     Lesson(
+        key="edge_of_stability",
+        title="Raise the learning rate and watch sharpness settle at 2/lr",
+        question="Why does a learning rate above a threshold diverge, and why does training "
+                 "below it \"self-stabilise\" at the edge?",
+        page="train",
+        run_setup={"optimizer": "sgd", "hyperparameters": {"learning_rate": 0.2,
+                                                            "momentum": 0.0},
+                   "options": {"nesterov": False}, "dataset": "digits", "model": "mlp",
+                   "label_noise": 0.3, "batch_size": 1347, "steps": 3000,
+                   "sharpness": "on", "sharpness_every": 25},
+        steps=(
+            "Start the run: plain SGD at learning rate 0.2 on all 1,347 training examples per "
+            "step (full-batch gradient descent), 30 % noisy labels. Open the **Dynamics** view: "
+            "the sharpness λ₁(H), the top eigenvalue of the training loss's Hessian, starts "
+            "far below the dashed line 2/lr = 10.",
+            "Watch it rise (progressive sharpening) until it reaches 2/lr, where the chart marks "
+            "the step; there it stops rising. On a quadratic, gradient descent diverges along "
+            "any direction whose curvature exceeds 2/lr (each step multiplies the error by "
+            "1 - lr·λ); the network instead hovers at that edge (Cohen et al. 2021).",
+            "Raise the learning rate to 0.4 in the sidebar (a live `_set_hyper`): the "
+            "threshold line drops to 5, the loss jumps for a few steps, and within about 100 "
+            "steps the sharpness falls to the new line: training moved itself to a flatter "
+            "region where 0.4 is stable.",
+        ),
+        check="With SGD and Polyak momentum 0.9 at learning rate 0.01, where is the threshold "
+              "line drawn?",
+        answer="At **380** = (2 + 2 x 0.9) / 0.01: momentum raises the threshold (Nesterov "
+               "lowers it to (2 + 2β)/((1 + 2β) lr) = 136).",
+        minutes=6,
+        stage=0,
+        claims=(
+            Claim(2, "the first recorded step where the sharpness reached 2/lr = 10 (within "
+                     "2 %; sharpness every 25 steps, seed 0), and its value there",
+                  "step **425**, λ₁ = **10.0** (from 2.8 at step 1); it then hovers at "
+                  "9.8-10.2", "eos_reached"),
+            Claim(3, "the sharpness 200 steps after raising the learning rate to 0.4 at step "
+                     "500, against the new 2/lr = 5",
+                  "**4.18**: it fell from about 10 with the threshold, and drifts lower as "
+                  "the loss approaches 0", "eos_settles"),
+        ),
+    ),
+    Lesson(
         key="set_hyper",
         title="`_set_hyper` vs a plain attribute",
         question="Why does `self.t_cur = 5` break my optimizer when `_set_hyper('t_cur', 5)` "

@@ -162,7 +162,8 @@ def test_csv_and_parquet_tables(exported):
         names = archive.namelist()
     assert f"run-{first}/config.json" in names
     assert any("/tensorboard/" in n and "tfevents" in n for n in names)
-    assert sum(n.endswith(".parquet") for n in names) == 7  # + hypergradients, response slices
+    assert sum(n.endswith(".parquet") for n in names) == 8  # + hypergradients, response slices,
+    # diagnostics
 
 
 def test_hypergradients_go_into_the_tables_and_tensorboard(tmp_path):

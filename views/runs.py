@@ -21,6 +21,7 @@ from components import run_figures as rf
 from components import run_continue
 from components.charts import chart
 from components import session_runs
+from components import dynamics_panel
 from components.figures import DISPLAY_POINTS
 from settings.config_file import MAX_BYTES, ConfigImportError
 from runs.service import ownership
@@ -213,7 +214,8 @@ def comparison(table: pd.DataFrame) -> None:
                + (" (see the Hyperparameters tab)" if steered else ""))
     key = "-".join(map(str, chosen))
     scalars = {i: store().scalars(i, max_points=DISPLAY_POINTS) for i in chosen}
-    tabs = st.tabs(["Loss", "Validation", "Hyperparameters", "Slots", "Hyper-gradients"])
+    tabs = st.tabs(["Loss", "Validation", "Hyperparameters", "Slots", "Hyper-gradients",
+                    "Dynamics"])
     with tabs[0]:
         log_y = st.checkbox("log loss axis", key="runs_log_y")
         chart(rf.overlay_loss_figure(scalars, labels, uirevision=key, log_y=log_y), "runs_loss")
@@ -237,6 +239,8 @@ def comparison(table: pd.DataFrame) -> None:
                     "`hypergradients` rows for them).")
         else:
             chart(rf.overlay_hypergradient_figure(grads, labels, uirevision=key), "runs_hypergrads")
+    with tabs[5]:
+        dynamics_panel.compare_tab(store(), chosen, labels, key)
 
 
 def slots_section(chosen: list[int], labels: dict[int, str], key: str) -> None:

@@ -15,7 +15,7 @@ import streamlit as st
 
 from components import lesson_panel, run_controls, run_panels, session_runs, setup_state
 from components import live_area, live_rows, train_setup
-from components import class_join
+from components import class_join, dynamics_panel
 from components.hyper_widgets import default_value
 from components.page_store import store
 from components.store_guard import guard_page
@@ -67,6 +67,7 @@ def live_view(run: dict[str, Any], active: bool) -> None:
             run_controls.learning_rate_panel(run, scalars, live=active)),
         "Slots": lambda: run_panels.slots_tab(store(), run, live=active),
         "Config": lambda: run_panels.config_tab(store(), run),
+        "Dynamics": lambda: dynamics_panel.dynamics_tab(store(), run, live=active),
     }
     if run["status"] == QUEUED:
         return

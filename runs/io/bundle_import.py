@@ -42,7 +42,10 @@ MAX_BINS = 1_000
 TABLE_MEMBER = re.compile(r"run-[0-9]+/(?P<table>[a-z_]+)\.csv")
 # columns that identify a row: two rows with the same key are a corrupted table
 KEYS = {"scalars": ("step", "name"), "slot_stats": ("step", "variable", "slot"),
-        "histograms": ("step", "variable", "slot"), "hypergradients": ("step", "name")}
+        "histograms": ("step", "variable", "slot"), "hypergradients": ("step", "name"),
+        "diagnostics": ("step", "name", "variable")}
+# Tables an export may lack: exports made before the table existed read as having no rows.
+OPTIONAL_TABLES = frozenset({"diagnostics"})
 # exported columns the store sets itself (`record_rows.STORED_AFTER`): read, checked, dropped
 STORE_SET = {"hyper_changes": ("created",)}
 
@@ -210,7 +213,7 @@ def read_run_bundle(data: bytes) -> ImportedRun:
             match = TABLE_MEMBER.fullmatch(info.filename)
             if match and info.filename.startswith(prefix) and match["table"] in ROW_TYPES:
                 found[match["table"]] = info
-        missing = [t for t in ROW_TYPES if t not in found]
+        missing = [t for t in ROW_TYPES if t not in found and t not in OPTIONAL_TABLES]
         if missing:
             raise _error(f"{prefix}: no {', '.join(t + '.csv' for t in missing)} (an export "
                          "from before this version? import it as a config instead)")
@@ -222,7 +225,8 @@ def read_run_bundle(data: bytes) -> ImportedRun:
         if total > MAX_TOTAL_BYTES:
             raise _error(f"the tables refused: {total:,} bytes once inflated, at most "
                          f"{MAX_TOTAL_BYTES:,} in all")
-        tables = {table: _read_table(archive, found[table], table) for table in ROW_TYPES}
+        tables = {table: _read_table(archive, found[table], table) for table in ROW_TYPES
+                  if table in found}
     return ImportedRun(config, document if isinstance(document, dict) else {}, tables)
 
 

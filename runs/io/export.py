@@ -8,14 +8,15 @@ Layout written by `export_run(store, run_id, out_dir)` (`<out>` = `out_dir/run-<
 * `<out>/metrics.csv|.parquet`: the wide table, one row per recorded step (step 0 = before
   training), one column per scalar (`train_loss`, `val_loss`, `val_accuracy`, ...) and one
   `hyper/<name>` column per hyperparameter holding the value in effect at that step.
-* `<out>/scalars|slot_stats|hyper_changes|histograms|hypergradients|response_slices.csv|
-  .parquet`: the long tables as stored (histogram `counts` are a JSON list in the CSV, a list
-  column in Parquet).
+* `<out>/scalars|slot_stats|hyper_changes|histograms|hypergradients|response_slices|
+  diagnostics.csv|.parquet`: the long tables as stored (histogram `counts` are a JSON list in
+  the CSV, a list column in Parquet).
 * `<out>/tensorboard/run-<id>-<optimizer>/events.out.tfevents...`: the events `tf.summary`
   writes, built as TensorBoard protos and written as one TFRecord file (no op per row): scalar
   `metrics/<name>` for every scalar, `hyper/<name>` for every hyperparameter (its step
   function sampled at every recorded step and every change),
   `slots/<variable>/<slot>/<norm|mean|std>`, `hypergrad/<name>/<exact|one_step|reverse>`,
+  `diagnostics/<name>[/<variable>]` (sharpness, thresholds, update ratios, noise scale),
   histogram `hist/<variable>/<slot>` for every
   stored (variable, slot) snapshot (the stored equal-width buckets written as they are, with the
   histogram plugin's metadata), and the config as text `config`.
@@ -237,7 +238,7 @@ class RecordFile:
 def write_tensorboard(
     logdir: Path, config: dict[str, Any], scalars: pd.DataFrame, changes: pd.DataFrame,
     stats: pd.DataFrame, histograms: pd.DataFrame,
-    hypergradients: pd.DataFrame | None = None,
+    hypergradients: pd.DataFrame | None = None, diagnostics: pd.DataFrame | None = None,
 ) -> Path:
     """Write one run's TensorBoard event file into `logdir` (created); returns `logdir`.
 
@@ -295,6 +296,11 @@ def write_tensorboard(
             for column in ("exact", "one_step", "reverse"):
                 kept = rows.dropna(subset=[column])
                 series(_tag("hypergrad", name, column), kept["step"], kept[column])
+    if diagnostics is not None and not diagnostics.empty:
+        for (name, variable), rows in diagnostics.groupby(["name", "variable"], sort=False):
+            kept = rows.dropna(subset=["value"])
+            series(_tag("diagnostics", name, *([variable] if variable else [])), kept["step"],
+                   kept["value"])
     for (variable, slot), rows in histograms.groupby(["variable", "slot"], sort=False):
         metadata = histogram_metadata.create_summary_metadata(
             display_name=f"{slot} of {variable}", description="stored run-store histogram")
@@ -378,6 +384,7 @@ def _write_export(store: RunStore, run: dict[str, Any], run_id: int, out_dir: Pa
     stats = store.slot_stats(run_id)
     histograms = all_histograms(store, run_id, stats)
     hypergradients = store.hypergradients(run_id)
+    diagnostics = store.diagnostics(run_id)
     tables = {
         "metrics": _write_table(wide_metrics(scalars, changes), directory / "metrics"),
         "scalars": _write_table(scalars, directory / "scalars"),
@@ -387,10 +394,12 @@ def _write_export(store: RunStore, run: dict[str, Any], run_id: int, out_dir: Pa
         "hypergradients": _write_table(hypergradients, directory / "hypergradients"),
         "response_slices": _write_table(store.response_slices(run_id),
                                         directory / "response_slices"),
+        "diagnostics": _write_table(diagnostics, directory / "diagnostics"),
     }
     logdir = directory / "tensorboard" / f"run-{run_id}-{run['config']['optimizer']}"
     if tensorboard:
-        write_tensorboard(logdir, document, scalars, changes, stats, histograms, hypergradients)
+        write_tensorboard(logdir, document, scalars, changes, stats, histograms, hypergradients,
+                          diagnostics)
     zip_path = out_dir / f"run-{run_id}.zip"
     with zipfile.ZipFile(zip_path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path in sorted(directory.rglob("*")):

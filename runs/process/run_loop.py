@@ -23,6 +23,10 @@ also buffers `hypergradients` rows every `hypergradient_every` steps (and at ste
 every `reverse_every` steps when `reverse_horizon` > 0), auto-tune changes every
 `autotune_every` steps and the cost meter (`runs.hypergradient_meta`, about every
 `META_EVERY_S`).
+
+After every step, `engine.diagnostics.recorder.Diagnostics.rows` (built from the config when
+any diagnostic is on) adds the training-dynamics rows due then (update ratio, sharpness, noise
+scale) to the `diagnostics` buffer.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import numpy as np
 
 from engine import recording
 from engine.record_rows import ScalarRow
+from engine.diagnostics import recorder as diagnostics_recorder
 from optimizers.hyper_kinds import hyper_kinds_table
 from runs.protocol import Refused, parse
 from runs.store.connection import database_errors
@@ -116,6 +121,7 @@ class RunLoop:
         self._poll_con: Any = None  # opened by the first poll
         self.after_first_step: Callable[[], None] | None = None  # e.g. lower the priority
         self.after_step: Callable[[], None] | None = None  # e.g. a checkpoint every few s
+        self.diagnostics = diagnostics_recorder.for_engine(engine)  # None: all off
 
     # ----- store ------------------------------------------------------------------------
     def _write_loop(self) -> None:
@@ -274,6 +280,9 @@ class RunLoop:
             if hist:
                 self.buffers["histograms"] += recording.histogram_rows(
                     step, self.engine.series, hists.numpy())
+        if self.diagnostics is not None:  # sharpness, update ratio, noise scale when due
+            self.buffers.setdefault("diagnostics", []).extend(
+                self.diagnostics.rows(step, stats if record else None))
         self.step = step
         if step % self.eval_every == 0 or step == self.total:
             self.evaluate(step)

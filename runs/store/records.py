@@ -18,6 +18,7 @@ import pandas as pd
 
 from engine import record_rows
 from engine.record_rows import (
+    DiagnosticRow,
     HistogramRow,
     HyperChangeRow,
     HypergradientRow,
@@ -51,7 +52,8 @@ class Records:
 
     # What the store offers under its own name (`RunStore.__getattr__`).
     PUBLIC = ("append", "import_run", "scalars", "hyper_changes", "slot_stats", "histograms",
-              "last_scalars", "hypergradients", "response_slices", "frame", "scalars_since")
+              "last_scalars", "hypergradients", "response_slices", "diagnostics", "frame",
+              "scalars_since")
 
     def __init__(self, connect: Connect, immediate: Connect):
         self._connect = connect
@@ -68,12 +70,13 @@ class Records:
         hyper_changes: Iterable[HyperChangeRow] = (),
         hypergradients: Iterable[HypergradientRow] = (),
         response_slices: Iterable[ResponseSliceRow] = (),
+        diagnostics: Iterable[DiagnosticRow] = (),
         step: int | None = None,
     ) -> None:
         """Append one batch of records in a single transaction and refresh the heartbeat.
 
         Args:
-            scalars ... response_slices: rows of the table of that name, as the row types of
+            scalars ... diagnostics: rows of the table of that name, as the row types of
                 `engine.record_rows` (or plain tuples in their field order); each table is
                 written by the one INSERT `record_rows.insert_sql` builds from the fields.
             step: the last step reached, stored in `runs.step`.
@@ -85,7 +88,7 @@ class Records:
         now = time.time()
         batches = {"scalars": scalars, "slot_stats": slot_stats, "histograms": histograms,
                    "hyper_changes": hyper_changes, "hypergradients": hypergradients,
-                   "response_slices": response_slices}
+                   "response_slices": response_slices, "diagnostics": diagnostics}
         params = {table: record_rows.stored_params(table, run_id, rows, now)
                   for table, rows in batches.items()}
         with self._connect() as con:
@@ -293,3 +296,17 @@ class Records:
             " response_slices WHERE run_id = ? AND request_id = ? ORDER BY value",
             (run_id, request_id),
         )
+
+    def diagnostics(self, run_id: int, names: Sequence[str] | None = None) -> pd.DataFrame:
+        """`step, name, variable, value, seconds` rows of a run's training-dynamics
+        diagnostics (`engine.diagnostics.catalog` names them), ordered by step.
+
+        Args:
+            names: only these names (default all).
+        """
+        where, params = "run_id = ?", [run_id]
+        if names:
+            where += f" AND name IN ({','.join('?' * len(names))})"
+            params += list(names)
+        return self.frame("SELECT step, name, variable, value, seconds FROM diagnostics"
+                          f" WHERE {where} ORDER BY step, rowid", params)

@@ -93,6 +93,7 @@ CREATE TABLE IF NOT EXISTS commands (
 CREATE INDEX IF NOT EXISTS commands_run ON commands (run_id, status);
 CREATE INDEX IF NOT EXISTS hypergradients_run ON hypergradients (run_id, step);
 CREATE INDEX IF NOT EXISTS response_slices_run ON response_slices (run_id, request_id);
+CREATE INDEX IF NOT EXISTS diagnostics_run ON diagnostics (run_id, name, step);
 CREATE TABLE IF NOT EXISTS run_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id INTEGER NOT NULL, created REAL NOT NULL, kind TEXT NOT NULL,
