@@ -400,7 +400,7 @@ def compare(args: argparse.Namespace) -> None:
                                         args=CHROMIUM_ARGS)
             counters = []
             pages = []
-            for i in range(args.compare):
+            for _ in range(args.compare):
                 page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
                 counter = {"bytes": 0, "finished": 0, "start": time.monotonic(), "sent": 0}
 

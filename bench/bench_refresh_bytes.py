@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         session = BrowserlessSession(base + "/train", cookies={"optimizer_lab_browser": token})
         writer.start()
-        cpu0, t0 = cpu_s(proc.pid), time.monotonic()
+        cpu0 = cpu_s(proc.pid)
         asyncio.run(session.run(time.monotonic() + args.seconds))
         cpu = cpu_s(proc.pid) - cpu0
     finally:

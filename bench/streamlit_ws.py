@@ -293,7 +293,7 @@ class BrowserlessSession:
                 while time.monotonic() < until:
                     try:
                         frame = await asyncio.wait_for(ws.recv(), until - time.monotonic())
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         break
                     if isinstance(frame, bytes):
                         self._handle(frame)
@@ -308,7 +308,7 @@ class BrowserlessSession:
         try:
             await asyncio.wait_for(self._loaded.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     async def idle(self, timeout: float) -> bool:
@@ -316,7 +316,7 @@ class BrowserlessSession:
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
             return True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
 
     def text_matching(self, pattern: str) -> re.Match | None:
