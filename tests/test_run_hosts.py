@@ -180,3 +180,68 @@ def test_no_variable_trace_or_function_is_shared(hosted):
     store = hosted["store"]
     assert store.run(hosted["ids"]["changed"])["traces"] == 2
     assert store.run(hosted["ids"]["keep_sgd"])["traces"] == 1
+
+
+# ----- slow: a real host process --------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.warm
+def test_a_stopped_host_is_stalled_and_a_killed_host_interrupts_its_runs_truthfully(
+        store, monkeypatch):
+    """One host, three runs. SIGSTOP: after `STALE_AFTER` of silence the runs are stalled, not
+    interrupted; SIGCONT: they train on. A stop of one run goes through its commands while the
+    others train. SIGKILL: the two runs left are `interrupted`, the message names the host,
+    its pid and the last committed step, and every record committed before stays."""
+    from runs.service import control, pool, waiting, warm_pool, worker_table
+    from runs.store.processes import pid_alive
+
+    monkeypatch.setenv(pool.HOSTS_ENV, "1")
+    monkeypatch.delenv(pool.WARM_ENV, raising=False)
+    monkeypatch.setattr(store_module, "STALE_AFTER", 4.0)
+    kept = warm_pool.keep_warm(store)
+    try:
+        kept.wait_ready(1, timeout_s=300)
+        host, = worker_table.spares(store)
+        tiny = dict(dataset="moons", model="logistic", eval_every=20, steps=1_000_000)
+        ids = [control.start_run(RunConfig(**tiny, seed=seed), store) for seed in (1, 2, 3)]
+        for run_id in ids:
+            run = waiting.wait_for_step(store, run_id, 20, timeout_s=180)
+            assert run["worker"] == f"host {host['id']}" and run["pid"] == host["pid"]
+        os.kill(host["pid"], signal.SIGSTOP)
+        try:
+            time.sleep(6)
+            assert store.mark_interrupted() == []
+            for run_id in ids:
+                run = store.run(run_id)
+                assert run["status"] == "running" and store.stalled_for(run) > 4
+        finally:
+            os.kill(host["pid"], signal.SIGCONT)
+        steps = {i: store.run(i)["step"] for i in ids}
+        for run_id in ids:
+            waiting.wait_for_step(store, run_id, steps[run_id] + 20, timeout_s=60)
+        stopped = ids[0]
+        control.stop(store, stopped)
+        assert waiting.wait_for_status(store, stopped, FINAL_STATUSES,
+                                       timeout_s=60)["status"] == "stopped"
+        assert pid_alive(host["pid"])  # the host trains the others on
+        for run_id in ids[1:]:
+            waiting.wait_for_step(store, run_id, store.run(run_id)["step"] + 20, timeout_s=60)
+        committed = {i: store.scalars(i, ["train_loss", "val_loss"]) for i in ids[1:]}
+        os.kill(host["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while pid_alive(host["pid"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert sorted(pool.check_processes(store)) == ids[1:]
+        for run_id in ids[1:]:
+            run = store.run(run_id)
+            assert run["status"] == "interrupted"
+            assert run["message"] == (
+                f"its run host {host['id']} (pid {host['pid']}) died: interrupted after step "
+                f"{run['step']}, the last committed step; every record up to it is kept")
+            after = store.scalars(run_id, ["train_loss", "val_loss"])
+            kept_rows = after.merge(committed[run_id], how="inner")
+            assert len(kept_rows) == len(committed[run_id])  # nothing committed was lost
+            assert after["step"].max() <= run["step"]
+        assert store.run(stopped)["status"] == "stopped"
+    finally:
+        warm_pool.shutdown()
