@@ -1,4 +1,11 @@
-"""The loop of one run process: train, record, poll commands, beat (see `runs.process.worker`).
+"""The loop of one run: train, record, poll commands, beat (see `runs.process.run_session`).
+
+The loop is steppable: `RunLoop.advance()` does what is due now - a command poll, at most one
+step with its records, a flush - and returns the run's end or None; `RunLoop.next_wake()` says
+when it next has something to do (at once, at its pace, or at its next poll while paused).
+`RunLoop.loop()` calls them for a run alone in its process (`runs.process.worker`); a run host
+interleaves the `advance` of many runs in one thread (`runs.process.host_scheduler`), so a run
+trains the same steps either way.
 
 Per step (1-based `step`): one compiled train step; the loss joins a running mean; on
 `recording.should_record(step)` steps (and the last) the mean train loss and the packed slot

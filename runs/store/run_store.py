@@ -7,9 +7,9 @@ it and write commands (`set_hyper`, `pause`, `resume`, `stop`) that the run proc
 Tables (all steps are 1-based optimizer steps, times are Unix seconds):
 
 * `runs`: one row per run: status, the full config JSON, optimizer config, versions, device,
-  the run process's pid and heartbeat, the last step reached, which kind of process trained it
-  (`worker`: `warm`/`cold`) and when that process took it (`taken_at`).
-* `workers`: the warm worker processes and the run each was given (`runs.service.worker_table`).
+  the run process's pid and heartbeat, the last step reached, which process trained it
+  (`worker`: `host <id>`/`cold`) and when that process took it (`taken_at`).
+* `workers`: the run host processes (`runs.service.worker_table`).
 * `scalars(run_id, step, name, value)`: `train_loss`, `val_loss`, `val_accuracy`, ...
 * `hyper_changes(run_id, step, name, old, new, source)`: every hyperparameter value that took
   effect at `step` (`source` = `init`, `user`, `auto-tune`); the trace of a hyperparameter is
