@@ -203,9 +203,9 @@ def main() -> None:
     args = parser.parse_args()
     counts = sorted({int(c) for c in args.counts.split(",")} | {1})
     with tempfile.TemporaryDirectory(prefix="bench-hosts-") as home:
-        os.environ.update(OPTIMIZER_LAB_HOME=home, TF_USE_LEGACY_KERAS="1",
-                          TF_CPP_MIN_LOG_LEVEL="2", **{pool.WARM_ENV: "on", pool.HOSTS_ENV: "1",
-                                                       pool.RUNS_PER_HOST_ENV: str(max(counts + [6]))})
+        os.environ.update({"OPTIMIZER_LAB_HOME": home, "TF_USE_LEGACY_KERAS": "1",
+                           "TF_CPP_MIN_LOG_LEVEL": "2", pool.WARM_ENV: "on", pool.HOSTS_ENV: "1",
+                           pool.RUNS_PER_HOST_ENV: str(max(counts + [6]))})
         store = RunStore()
         kept = warm_pool.keep_warm(store)
         try:

@@ -224,7 +224,8 @@ def test_warm_setting_is_validated(monkeypatch):
 ])
 def test_host_settings_are_validated(monkeypatch, name, raw, allowed):
     monkeypatch.setenv(name, raw)
-    with pytest.raises(ValueError, match=rf"{name}='{raw}' refused: must be an integer in {allowed}"):
+    with pytest.raises(ValueError,
+                       match=rf"{name}='{raw}' refused: must be an integer in {allowed}"):
         pool.host_count() if name == pool.HOSTS_ENV else pool.runs_per_host()
 
 

@@ -350,7 +350,8 @@ class RunLoop:
         if self.stop_requested:
             return "stopped", self.stop_message
         if self.max_wall_s is not None and now - self.started > self.max_wall_s:
-            return "stopped", f"stopped after step {self.step}: max_wall_s={self.max_wall_s} reached"
+            return "stopped", (f"stopped after step {self.step}: max_wall_s={self.max_wall_s} "
+                               "reached")
         if self.paused and not self.single_steps:
             return None  # `next_wake` says when to poll again
         if not self.paused and now < self._step_at():

@@ -4,7 +4,8 @@ building an optimizer (tests/test_tf_free_server.py).
 
 A run is started with `start_run` in a run host: a warm TensorFlow process that trains many runs
 side by side (`runs.process.run_host`, kept by the server with `keep_warm`), else in a cold
-`python -m runs.process.worker` of its own (the pool and the launch are in `runs.service.pool`). Everything else goes through the run store: `set_hyper`,
+`python -m runs.process.worker` of its own (the pool and the launch are in `runs.service.pool`).
+Everything else goes through the run store: `set_hyper`,
 `pause`, `resume`, `step`, `set_speed`, `stop`, `autotune`, `response_slice` queue commands
 (payloads of `runs.protocol`) the process polls about every 0.1 s; `runs.service.waiting`
 polls the store for their outcome. `pause`, `resume`, `step`, `set_speed` and `stop` are
@@ -52,7 +53,7 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
     starts it at once when fewer than `pool.pool_size()` runs are active and its estimated memory
     fits the budget, otherwise it waits for a run to end (see `RunStore.queue_positions`).
     A page's caller (not `LOCAL`: the pages live in the long-lived server) also makes this
-    process keep warm workers (`keep_warm`), so the next runs start without a TensorFlow import;
+    process keep run hosts (`keep_warm`), so the next runs start without a TensorFlow import;
     the CLI and tests call `keep_warm` themselves when they want them.
 
     Args:
