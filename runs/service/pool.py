@@ -46,6 +46,9 @@ POOL_SIZE_ENV = "OPTIMIZER_LAB_POOL_SIZE"
 # per core of a small machine. With hosts the pool is what the hosts hold together.
 DEFAULT_POOL_SIZE = 2
 MAX_POOL_SIZE = 1024
+# With hosts on, runs beyond what the hosts can take (none started yet, e.g. a CLI run; all
+# full) get cold processes, at most this many at once: each is ~1 GB and a busy core.
+COLD_PLACES = DEFAULT_POOL_SIZE
 HOSTS_ENV = "OPTIMIZER_LAB_HOSTS"
 MAX_HOSTS = 64
 RUNS_PER_HOST_ENV = "OPTIMIZER_LAB_RUNS_PER_HOST"
@@ -194,6 +197,10 @@ def dispatch(store: RunStore, size: int | None = None) -> list[int]:
     """Start queued runs while the pool has free places and the memory budget
     (`runs.store.admission.memory_budget_mb`, MB) has room; returns the run ids started.
 
+    The pool's places (`size`, default `pool_size()`) are, with run hosts on, also bounded by
+    what the live hosts hold or may still take plus `COLD_PLACES` cold processes (so a store
+    without hosts, e.g. the CLI's, does not start dozens of 1 GB processes).
+
     Called by `start_run`, by a run process or host as a run ends (the queue drains with no
     page open) and by the pages on every render (a run killed with SIGKILL cannot hand its
     place over; `check_processes` marks it interrupted and its place goes to the next run).
@@ -205,7 +212,12 @@ def dispatch(store: RunStore, size: int | None = None) -> list[int]:
     warm = warm_enabled()  # settings checked before a run is claimed, never after
     capacity = runs_per_host() if warm else 0
     worker_nice()  # a bad OPTIMIZER_LAB_WORKER_NICE is refused here, before a run is claimed
-    started = store.claim_queued(pool_size() if size is None else size, memory_budget_mb())
+    size = pool_size() if size is None else size
+    if warm:  # what the hosts hold or may take, and at most COLD_PLACES cold processes
+        places = sum(h["runs"] + (capacity - h["runs"] if h["state"] != "retired" else 0)
+                     for h in worker_table.hosts(store))
+        size = min(size, places + COLD_PLACES)
+    started = store.claim_queued(size, memory_budget_mb(), capacity)
     for run_id in started:
         if not (warm and _assign_host(store, run_id, capacity)):
             _launch(store, run_id)
