@@ -48,7 +48,7 @@ from runs.store.run_store import RunStore  # noqa: E402
 from settings import fields  # noqa: E402
 from settings.run_config import RunConfig  # noqa: E402
 
-LONG = 10_000_000  # steps of a run that is stopped by the bench
+LONG = 1_000_000  # steps of a run that is stopped by the bench (the most a run may ask)
 
 
 def default_config(seed: int = 0, steps: int = LONG) -> RunConfig:
@@ -78,7 +78,8 @@ def stop_all(store: RunStore, ids: list[int]) -> None:
 
 
 def the_host(store: RunStore) -> dict:
-    host, = worker_table.spares(store)
+    """The one live host (`worker_table.hosts`: id, pid, state, runs held)."""
+    host, = [h for h in worker_table.hosts(store) if h["state"] in worker_table.SPARE_STATES]
     return host
 
 
@@ -202,23 +203,6 @@ def main() -> None:
     parser.add_argument("--baseline", default="/work/main")
     args = parser.parse_args()
     counts = sorted({int(c) for c in args.counts.split(",")} | {1})
-    with tempfile.TemporaryDirectory(prefix="bench-hosts-") as home:
-        os.environ.update({"OPTIMIZER_LAB_HOME": home, "TF_USE_LEGACY_KERAS": "1",
-                           "TF_CPP_MIN_LOG_LEVEL": "2", pool.WARM_ENV: "on", pool.HOSTS_ENV: "1",
-                           pool.RUNS_PER_HOST_ENV: str(max(counts + [6]))})
-        store = RunStore()
-        kept = warm_pool.keep_warm(store)
-        try:
-            t0 = time.monotonic()
-            kept.wait_ready(1, timeout_s=900)
-            warm_s = time.monotonic() - t0
-            idle_mb = rss_mb(idle_host(store)["pid"]) or float("nan")
-            start = starts(store, args.rounds)
-            rates = throughput(store, counts, args.window)
-            cold_mb = cold_process_mb(store, args.window)
-        finally:
-            warm_pool.shutdown()
-    base = baseline_starts(Path(args.baseline), args.rounds)
 
     def cell(values: list[float] | None) -> str:
         if not values:
@@ -226,12 +210,27 @@ def main() -> None:
         return f"median {statistics.median(values):.2f} s (min {min(values):.2f}, " \
                f"max {max(values):.2f}, n={len(values)})"
 
-    print(f"load average {os.getloadavg()[0]:.1f} / {os.cpu_count()} cores; host ready "
-          f"{warm_s:.1f} s after keep_warm")
-    print("\nStart -> first step (default Setup)")
-    print(f"  run host, idle           {cell(start['host, idle'])}")
-    print(f"  run host, 5 runs busy    {cell(start['host, busy'])}")
-    print(f"  warm worker (baseline)   {cell(base)}")
+    with tempfile.TemporaryDirectory(prefix="bench-hosts-") as home:
+        os.environ.update({"OPTIMIZER_LAB_HOME": home, "TF_USE_LEGACY_KERAS": "1",
+                           "TF_CPP_MIN_LOG_LEVEL": "2", pool.WARM_ENV: "on", pool.HOSTS_ENV: "1",
+                           pool.RUNS_PER_HOST_ENV: str(max(counts + [6]))})
+        store = RunStore()
+        # first, with no host: a host handing a place over could take the cold run
+        cold_mb = cold_process_mb(store, args.window)
+        print(f"load average {os.getloadavg()[0]:.1f} / {os.cpu_count()} cores", flush=True)
+        kept = warm_pool.keep_warm(store)
+        try:
+            t0 = time.monotonic()
+            kept.wait_ready(1, timeout_s=900)
+            print(f"host ready {time.monotonic() - t0:.1f} s after keep_warm", flush=True)
+            idle_mb = rss_mb(idle_host(store)["pid"]) or float("nan")
+            start = starts(store, args.rounds)
+            print("\nStart -> first step (default Setup)")
+            print(f"  run host, idle           {cell(start['host, idle'])}")
+            print(f"  run host, 5 runs busy    {cell(start['host, busy'])}", flush=True)
+            rates = throughput(store, counts, args.window)
+        finally:
+            warm_pool.shutdown()
     print("\nMemory (VmRSS)")
     print(f"  idle host                {idle_mb:8.0f} MB")
     one = rates[1]["rss"]
@@ -245,6 +244,10 @@ def main() -> None:
     for n in counts:
         r = rates[n]
         print(f"  {n:>4}   {r['min']:7.1f}   {r['median']:10.1f}   {r['total']:10.1f}")
+    print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    base = baseline_starts(Path(args.baseline), args.rounds)
+    print(f"\nStart -> first step, warm worker (one process per run, {args.baseline}): "
+          f"{cell(base)}", flush=True)
 
 
 if __name__ == "__main__":
