@@ -11,7 +11,9 @@ Runs are given to it by the dispatcher (`runs.service.worker_table.assign`: `run
 (`runs.service.pool.runs_per_host`); it polls for them every `POLL_S` seconds (one indexed
 SELECT on a kept connection), takes each (`taken_at` stamped, a line in the run's log) and
 opens it as a `runs.process.run_session.RunSession` with its own engine (model, optimizer and
-slots, data order, traced step), its own `RunLoop` and its own commands. The runs are
+slots, data order, traced step), its own `RunLoop` and its own commands. A run of the default
+Setup adopts the prepared engine (no build, no trace after its Start); the host prepares the
+next one at once, between two rounds of its other runs. The runs are
 interleaved step by step in this process's main thread by `runs.process.host_scheduler`
 (round-robin, paced runs at their pace, paused runs only polled). A run that raises, diverges,
 is stopped or paused leaves the others training (tests/test_run_hosts.py).
@@ -120,6 +122,7 @@ class RunHost:
 
         self.store, self.host_id, self.parent = store, host_id, parent
         self.prepared = prepared
+        self._prepare = prepared is not None  # keep a prepared default engine at all times
         self.scheduler = HostScheduler(on_end=self._ended)
         self.signalled: int | None = None
         self._lowered = False
@@ -244,9 +247,12 @@ class RunHost:
                             if self._leave(con, state, stopping):
                                 return EXIT_ORPHANED if orphaned else EXIT_DONE
                             continue
-                        if self.prepared is None:
-                            self.prepared = prepare_default()  # the next run's head start
-                            continue
+                    if self.prepared is None and self._prepare:
+                        # the next default run's head start, paid now rather than after its
+                        # Start (a pause of the held runs, as a new run's build would be)
+                        self.prepared = prepare_default()
+                        self._prepare = self.prepared is not None  # a failure: never again
+                        continue
                 if not scheduler.round():
                     wake = scheduler.next_wake(now + POLL_S)
                     time.sleep(max(0.0, min(POLL_S, wake - time.monotonic())))
