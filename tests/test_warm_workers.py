@@ -201,7 +201,8 @@ def test_retire_takes_every_host_of_this_parent(store, sleepers):
     (0, 2, None, 0.0, 2),           # up to the number of hosts
     (1, 2, None, 0.0, 1),
     (2, 2, None, 0.0, 0),           # already there
-    (0, 4, 2500.0, 0.0, 3),         # memory for 3 x 800 MB
+    (0, 4, 2800.0, 0.0, 3),         # memory for 3 x 900 MB
+    (0, 4, 2500.0, 0.0, 2),         # not for a third
     (1, 4, 2500.0, 1000.0, 1),      # 2500 - 1000 leaves room for one
     (3, 2, None, 0.0, 0),           # never negative
 ])

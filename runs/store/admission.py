@@ -38,13 +38,14 @@ BUDGET_SHARE_OF_RAM = 0.75
 PLAIN_RUN_MB = 1000.0
 PER_HYPERGRADIENT_MB = 80.0
 PER_REVERSE_STEP_MB = 8.0
-# One more default run (digits/mlp, Adam) in a host: measured +29-41 MB resident after 300
-# steps (`bench/bench_run_hosts.py`); rounded up.
+# One more default run (digits/mlp, Adam) in a host: measured 13-17 MB resident per extra run
+# (`bench/bench_run_hosts.py`: host VmRSS 993 MB with 1 run, 1,110 MB with 10, 1,404 MB with
+# 25); 60 MB leaves room for a run's record buffers, its writer thread and fragmentation.
 IN_HOST_RUN_MB = 60.0
-# Resident size of a warm run host (TensorFlow, tf_keras and the engine imported, devices
-# configured, the default engine prepared, no run): 714-715 MB VmRSS measured for an idle warm
-# process by `bench/bench_start_latency.py`; rounded up.
-WARM_HOST_MB = 800.0
+# Resident size of a warm run host with no run (TensorFlow, tf_keras and the engine imported,
+# devices configured, the default engine prepared): 888 MB VmRSS measured by
+# `bench/bench_run_hosts.py`; rounded up.
+WARM_HOST_MB = 900.0
 HOST_PREFIX = "host "  # `runs.worker` of a run trained by a host (`worker_table.host_label`)
 
 
