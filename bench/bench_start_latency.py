@@ -110,7 +110,7 @@ def main() -> None:
                         config = RunConfig(dataset="digits", model=args.model, steps=30,
                                            eval_every=10, compiler=compiler)
                     first, taken, worker = measure(store, config, kind == "warm")
-                    if worker != kind:
+                    if worker != kind and not (kind == "warm" and worker.startswith("host ")):
                         raise RuntimeError(f"a {kind} round ran on a {worker} worker")
                     results[(kind, compiler)].append((first, taken))
                     print(f"round {round_ + 1} {kind} {compiler}: first step {first:6.2f} s, "

@@ -133,16 +133,13 @@ def beat(store: RunStore) -> None:
     """Touch this session's live runs and start queued runs if the pool has room."""
     from runs.service import pool, warm_pool
 
-    # Spares (TensorFlow imports, seconds of both cores) start from this session's second beat
-    # on: on the first one the server is painting its first page and checking plugins, and a
-    # Start before then (or on a server without spares) goes cold and refills the pool.
-    beats = st.session_state.get("_heartbeats", 0)
-    st.session_state["_heartbeats"] = beats + 1
-    if beats:
-        try:
-            warm_pool.keep_warm(store)  # idempotent
-        except ValueError as error:  # a refused OPTIMIZER_LAB_WARM_WORKERS: runs go cold
-            st.sidebar.caption(f"warm workers off: {error}")
+    # The first run host starts with the server's first page: a Start then waits for that
+    # host's TensorFlow import to finish (it is given the run while warming) instead of paying
+    # a cold process's import, 13-20 s, after the click.
+    try:
+        warm_pool.keep_warm(store)  # idempotent
+    except ValueError as error:  # a refused OPTIMIZER_LAB_WARM_WORKERS: runs go cold
+        st.sidebar.caption(f"run hosts off: {error}")
     pool.check_processes(store)  # runs whose process is gone are interrupted, not live
     live = store.runs()
     live = live[live["status"].isin(LIVE_STATUSES)]

@@ -1,6 +1,6 @@
 """A prepared engine: built, traced and rehearsed ahead of a run, then put back as new.
 
-A warm worker (`runs.process.warm_worker`) has TensorFlow imported before any run needs it; what a run
+A run host (`runs.process.run_host`) has TensorFlow imported before any run needs it; what a run
 still pays after Start is building its `Engine` (data on the device, model, optimizer slots,
 tracing the train and eval steps: ~0.5 s here) and the first call of each traced function
 (graph optimisation: ~0.3 s; in graph mode each recording level is its own function, traced on

@@ -24,16 +24,17 @@ def store(tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     yield RunStore()
     warm_pool.shutdown()  # a page's Start or heartbeat may have kept warm workers
-    for proc in list(pool._PROCESSES.values()):  # never leave a worker behind
-        if proc.poll() is None:
+    for proc in [*pool._PROCESSES.values(), *pool._HOST_CHILDREN.values()]:
+        if proc.poll() is None:  # never leave a worker or a run host behind
             proc.kill()
             proc.wait()
+    pool._HOST_CHILDREN.clear()
     pool.reap()
 
 
 @pytest.fixture(autouse=True)
 def _warm_workers_off_unless_marked(request, monkeypatch):
-    """Warm workers are off (`OPTIMIZER_LAB_WARM_WORKERS=off`) except in tests marked `warm`:
+    """Run hosts are off (`OPTIMIZER_LAB_WARM_WORKERS=off`) except in tests marked `warm`:
     every AppTest renders the heartbeat, which would otherwise start TensorFlow processes
     (~715 MB, seconds of CPU each) for every test's fresh store."""
     if request.node.get_closest_marker("warm") is None:

@@ -230,7 +230,7 @@ def test_pages_show_one_line_when_the_store_is_unavailable(page, tmp_path, monke
 def test_an_end_the_store_never_took_is_shown_by_the_next_stale_check(tmp_path, monkeypatch):
     """A store unwritable past the run's retry window: the run's end is kept outside the data
     directory and the next stale check writes it, instead of "ended without finishing"."""
-    from runs.process import worker
+    from runs.process.run_session import record_end
     from runs.store.files import last_words_path
 
     store = RunStore(tmp_path / "runs.sqlite")
@@ -242,7 +242,7 @@ def test_an_end_the_store_never_took_is_shown_by_the_next_stale_check(tmp_path, 
         raise StoreUnavailable(f"the data directory {tmp_path} is read-only")
 
     monkeypatch.setattr(store, "set_status", unwritable)
-    assert worker._record_end(store, run_id, "failed", reason, retry_s=0.0) is False
+    assert record_end(store, run_id, "failed", reason, retry_s=0.0) is False
     kept = last_words_path(store.path, run_id)
     assert kept.exists() and str(tmp_path) not in str(kept.parent)
     monkeypatch.undo()

@@ -1,2 +1,3 @@
-"""The run process (TensorFlow): `worker` (a cold process for one run), `warm_worker`,
-`run_loop.RunLoop` and the command `handlers` it is given."""
+"""The run processes (TensorFlow): `run_host` (a warm process that trains many runs, interleaved by
+`host_scheduler`), `worker` (a cold process for one run), `run_session.RunSession` (one run's life
+in either), `run_loop.RunLoop` (steppable: `advance`) and the command `handlers` it is given."""

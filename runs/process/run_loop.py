@@ -1,4 +1,11 @@
-"""The loop of one run process: train, record, poll commands, beat (see `runs.process.worker`).
+"""The loop of one run: train, record, poll commands, beat (see `runs.process.run_session`).
+
+The loop is steppable: `RunLoop.advance()` does what is due now - a command poll, at most one
+step with its records, a flush - and returns the run's end or None; `RunLoop.next_wake()` says
+when it next has something to do (at once, at its pace, or at its next poll while paused).
+`RunLoop.loop()` calls them for a run alone in its process (`runs.process.worker`); a run host
+interleaves the `advance` of many runs in one thread (`runs.process.host_scheduler`), so a run
+trains the same steps either way.
 
 Per step (1-based `step`): one compiled train step; the loss joins a running mean; on
 `recording.should_record(step)` steps (and the last) the mean train loss and the packed slot
@@ -110,6 +117,9 @@ class RunLoop:
         self.stop_message = ""
         self.last_flush = self.last_poll = self.last_tab_check = time.monotonic()
         self.saved_traces = -1
+        self.started: float | None = None  # monotonic time of the first `advance`
+        self.step_started: float | None = None  # monotonic time the last step began (pace)
+        self.max_wall_s: float | None = None  # `stopped` after this much training (seconds)
         self.last_lr: float | None = None  # the last recorded effective learning rate
         # Record batches are written by a writer thread (SQLite releases the GIL), so the
         # training thread does not wait for the disk; `flush(wait=True)` drains the queue.
@@ -224,24 +234,24 @@ class RunLoop:
                                  f"(OPTIMIZER_LAB_ON_TAB_CLOSE=stop, not seen for "
                                  f"{time.time() - seen:.0f} s)")
 
-    def wait_while_paused(self) -> None:
-        """Poll until resumed, stopped or a `step` command asks for one step."""
-        while self.paused and not self.stop_requested and self.single_steps == 0:
-            time.sleep(POLL_EVERY_S)  # `Heartbeat` beats meanwhile
-            self.poll()
+    def next_wake(self) -> float:
+        """The monotonic time (s) at which `advance` has something to do: at once at full
+        speed, on a stop, the end or a `step` command; at the next step time of a paced run
+        (`set_speed`: `1 / steps_per_second` after the previous step began); else (paused) at
+        the next command poll. Never later than the next poll, so commands are read within
+        `POLL_EVERY_S`."""
+        poll_at = self.last_poll + POLL_EVERY_S
+        if self.stop_requested or self.step >= self.total:
+            return time.monotonic()
+        if self.paused:
+            return time.monotonic() if self.single_steps else poll_at
+        return min(poll_at, self._step_at())
 
-    def pace(self, started: float) -> None:
-        """Sleep (polling commands every `POLL_EVERY_S`) until `1 / steps_per_second` seconds
-        after `started` (the monotonic time the step began); returns at once at full speed, on
-        a pause or a stop."""
-        while (self.steps_per_second is not None and not self.paused
-               and not self.stop_requested):
-            left = started + 1.0 / self.steps_per_second - time.monotonic()
-            if left <= 0:
-                return
-            time.sleep(min(left, POLL_EVERY_S))
-            if time.monotonic() - self.last_poll >= POLL_EVERY_S:
-                self.poll()
+    def _step_at(self) -> float:
+        """The monotonic time from which the next unpaused step may run (its pace)."""
+        if self.steps_per_second is None or self.step_started is None:
+            return 0.0
+        return self.step_started + 1.0 / self.steps_per_second
 
     # ----- training -------------------------------------------------------------------------
     def evaluate(self, step: int) -> None:
@@ -328,32 +338,63 @@ class RunLoop:
         if time.monotonic() - self.last_meta >= META_EVERY_S:
             self.save_meta()
 
+    def advance(self) -> tuple[str, str] | None:
+        """Do what is due now, at most one step: poll commands (every `POLL_EVERY_S`), then, when
+        the run is neither paused (a `step` command excepted) nor waiting for its pace
+        (`next_wake`), one step (`one_step`) and the flush when `FLUSH_EVERY_S` has passed.
+
+        This is the unit a run host interleaves (`runs.process.host_scheduler`); `loop` calls it
+        for a run alone in its process, so both train exactly the same steps.
+
+        Returns:
+            None while the run goes on; the final (status, message) once it ended: `finished`
+            after `total` steps, `stopped` on a stop command or after `max_wall_s` (set by
+            `loop` or the caller) of training.
+
+        Raises:
+            Diverged: a non-finite loss, validation loss or slot statistic.
+        """
+        if self.step >= self.total:
+            return "finished", f"finished {self.total} steps"
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now
+        if now - self.last_poll >= POLL_EVERY_S:
+            self.poll()
+        if self.stop_requested:
+            return "stopped", self.stop_message
+        if self.max_wall_s is not None and now - self.started > self.max_wall_s:
+            return "stopped", (f"stopped after step {self.step}: max_wall_s={self.max_wall_s} "
+                               "reached")
+        if self.paused and not self.single_steps:
+            return None  # `next_wake` says when to poll again
+        if not self.paused and now < self._step_at():
+            return None  # paced: not yet
+        single = self.paused  # a `step` command on a paused run
+        self.step_started = now
+        self.one_step()
+        if single:
+            self.single_steps -= 1
+            self.flush(wait=True)  # the step's rows are readable when the status says so
+            self.store.set_status(self.run_id, "paused",
+                                  f"paused before step {self.step + 1} (stepped to step "
+                                  f"{self.step})")
+        elif time.monotonic() - self.last_flush >= FLUSH_EVERY_S:
+            self.flush()
+        return None
+
     def loop(self, max_wall_s: float | None) -> tuple[str, str]:
-        """Train to the end (or a stop); returns the final (status, message)."""
-        start = time.monotonic()
-        while self.step < self.total:
-            now = time.monotonic()
-            if now - self.last_poll >= POLL_EVERY_S:
-                self.poll()
-            if self.paused:
-                self.wait_while_paused()
-            if self.stop_requested:
-                return "stopped", self.stop_message
-            if max_wall_s is not None and now - start > max_wall_s:
-                return "stopped", f"stopped after step {self.step}: max_wall_s={max_wall_s} reached"
-            single = self.paused  # a `step` command on a paused run
-            self.one_step()
-            if single:
-                self.single_steps -= 1
-                self.flush(wait=True)  # the step's rows are readable when the status says so
-                self.store.set_status(self.run_id, "paused",
-                                      f"paused before step {self.step + 1} (stepped to step "
-                                      f"{self.step})")
-                continue
-            if time.monotonic() - self.last_flush >= FLUSH_EVERY_S:
-                self.flush()
-            self.pace(now)
-        return "finished", f"finished {self.total} steps"
+        """Train to the end (or a stop) alone in this thread, sleeping until `next_wake`
+        between calls of `advance` (paced or paused: the `Heartbeat` beats meanwhile);
+        returns the final (status, message)."""
+        self.max_wall_s = max_wall_s
+        while True:
+            end = self.advance()
+            if end is not None:
+                return end
+            left = self.next_wake() - time.monotonic()
+            if left > 0:
+                time.sleep(left)
 
 
 class Heartbeat:

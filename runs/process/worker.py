@@ -1,6 +1,7 @@
-"""The run process: `python -m runs.process.worker --store PATH --run-id N` (a cold process
-started for one run), or a warm worker (`runs.process.warm_worker`) that had TensorFlow imported
-before the run was assigned to it; both train exactly one run (`run_one`) and exit.
+"""The cold run process: `python -m runs.process.worker --store PATH --run-id N`, started for one
+run when no run host has room (or run hosts are off); it trains exactly that run (`run_one`) and
+exits. A run host (`runs.process.run_host`) trains many runs with the same per-run code
+(`runs.process.run_session.RunSession`, stepped by `RunLoop.advance`).
 
 Reads the run's `RunConfig` from the store, trains, and writes everything back to the store;
 the pages only ever talk to it through the store (records out, commands in). `train()` runs a
@@ -22,76 +23,26 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import signal
 import sys
 import time
 
-import numpy as np
-
-from engine import recording
-from engine.record_rows import HyperChangeRow
-from optimizers import plugin_discovery as plugins
-from runs.process import checkpoint
-from runs.process.handlers import HANDLERS
 from runs.process.run_loop import Diverged, Heartbeat, RunLoop
-from runs.store.files import StoreUnavailable, keep_last_words
+from runs.process.run_session import (OWN_STATUSES, STORE_RETRY_EVERY_S, STORE_RETRY_S,
+                                      RunSession, log, record_end, versions)
+from runs.store.files import StoreUnavailable
 from runs.store.run_store import RunStore
-from settings.run_config import RunConfig
 
-# Final statuses are written only over these (never over a `stopped` set by a page that
-# stopped the run before its first step); `interrupted` is included because a run that was
-# only slow to beat (e.g. a long XLA compile) may still finish.
-_OWN_STATUSES = ("starting", "running", "paused", "interrupted")
-# How long a run whose store became unwritable keeps trying to record why it ended (seconds;
-# below `runs.store.run_store.STALE_AFTER`, after which the pages take a silent run for dead).
-STORE_RETRY_S = 30.0
-STORE_RETRY_EVERY_S = 1.0
-
-
-def versions() -> dict[str, str]:
-    """Versions of tensorflow, tf_keras, numpy and python."""
-    import tensorflow as tf
-    import tf_keras
-
-    return {"tensorflow": tf.__version__, "tf_keras": tf_keras.__version__,
-            "numpy": np.__version__, "python": platform.python_version()}
-
-
-def _log(message: str) -> None:
-    """One line on stderr: the run's log file (`runs.service.pool.log_path`) when started by a
-    page."""
-    try:
-        print(message, file=sys.stderr, flush=True)
-    except OSError:  # the log sits in the data directory, which may be the full disk
-        pass
-
-
-def _record_end(store: RunStore, run_id: int, status: str, message: str,
-                retry_s: float = 0.0) -> bool:
-    """Write the run's final status and message; True when written.
-
-    A `StoreUnavailable` is retried every `STORE_RETRY_EVERY_S` for `retry_s` seconds, then
-    logged and kept outside the data directory (`runs.store.files.keep_last_words`), where the
-    next stale check finds it; never raised: the error that ended the run matters more.
-    """
-    deadline = time.monotonic() + retry_s
-    while True:
-        try:
-            store.set_status(run_id, status, message, only_from=_OWN_STATUSES)
-            return True
-        except StoreUnavailable as error:
-            if time.monotonic() >= deadline:
-                kept = keep_last_words(store.path, run_id, status, message)
-                _log(f"run {run_id}: could not record its end in the store ({status}: "
-                     f"{message}): {error}; kept in {kept or 'nowhere (temp not writable)'}")
-                return False
-            time.sleep(STORE_RETRY_EVERY_S)
+__all__ = ["OWN_STATUSES", "STORE_RETRY_EVERY_S", "STORE_RETRY_S", "main", "run_one", "train",
+           "versions"]
 
 
 def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
           full_recording: bool = False) -> str:
     """Run `run_id` of `store` to its end in this process; returns the final status.
+
+    The run is one `runs.process.run_session.RunSession` advanced to its end by
+    `RunLoop.loop`, the same steps a run host interleaves with other runs.
 
     Args:
         run_id: a run created with `store.create_run(config)` (status `starting`).
@@ -105,80 +56,35 @@ def train(run_id: int, store: RunStore, max_wall_s: float | None = None,
         StoreUnavailable: the store became unwritable; logged in one line first, and the
             `failed` status with that reason retried for up to `STORE_RETRY_S` seconds.
     """
-    from engine import prepared
-    from engine.devices import choose_device, configure_gpus
-
-    run: RunLoop | None = None
+    # Once the first step is recorded, train at a lower CPU priority (for good: the process
+    # exits after this run). Not before: the start (engine, first trace, first step) keeps
+    # the server's priority, so Start -> first step is not delayed by the page or a run host
+    # warming up beside it.
+    session = RunSession(store, run_id, full_recording=full_recording, max_wall_s=max_wall_s,
+                         after_first_step=_lower_priority)
     heartbeat = Heartbeat(store, run_id)
     try:
-        stored = store.run(run_id)["config"]
-        plugins.ensure_registered(stored.get("optimizer", ""))  # before validation names it
-        config = RunConfig(**stored)
-        configure_gpus()
-        device = choose_device(config.device)
-        engine = prepared.take(config, device)  # a warm worker's prepared engine, or a new one
-        hyper = None
-        if config.hypergradients:
-            from hypergrad.stepper import HyperStepper
-
-            hyper = HyperStepper(engine)
-        store.update_run(run_id, device=device, versions=versions(), pid=os.getpid())
-        if not store.set_status(run_id, "running", only_from=("starting",)):
-            return store.run(run_id)["status"]  # stopped by a page while starting
-        record = (lambda s: True) if full_recording else recording.should_record
-        histogram = (lambda s: s % recording.HISTOGRAM_FACTOR == 0 or s == 1) \
-            if full_recording else recording.should_histogram
-        run = RunLoop(run_id, store, engine, config.steps, config.eval_every, record, histogram,
-                      handlers=HANDLERS, hyper=hyper)
-        # Once the first step is recorded, train at a lower CPU priority (for good: the process
-        # exits after this run). Not before: the start (engine, first trace, first step) keeps
-        # the server's priority, so Start -> first step is not delayed by the page or a warm
-        # worker warming up beside it.
-        run.after_first_step = _lower_priority
-        run.buffers["hyper_changes"] = [
-            HyperChangeRow(1, name, None, value, "init")
-            for name, value in engine.optimizer.hyper_values().items()
-        ]
-        run.evaluate(0)
-        checkpoint.attach(run)  # a continued run restores its checkpoint here
-        run.flush()
-        run.save_optimizer()
-        run.poll()  # commands queued with the run (its starting pace) act before step 1
-        _STOP_HOOK[0] = run
+        ended = session.open()
+        if ended is not None:
+            return ended  # stopped by a page while starting
+        _STOP_HOOK[0] = session.run
+        assert session.run is not None
         try:
-            status, message = run.loop(max_wall_s)
+            status, message = session.run.loop(max_wall_s)
         except Diverged as diverged:
             status, message = "diverged", str(diverged)
-        run.flush(wait=True)
-        checkpoint.at_end(run, status)
-        run.save_meta()
-        for command in store.pending(run_id):
-            store.finish_command(command["id"], "refused", f"the run {status} at step {run.step}")
-        store.set_status(run_id, status, message, only_from=_OWN_STATUSES)
-        return status
+        return session.end(status, message)
     except BaseException as error:
-        if run is not None:
-            try:
-                run.flush(wait=True)
-            except Exception:  # noqa: BLE001 - the original error matters more
-                pass
-        if _SIGNALLED[0] is not None and run is None:  # SIGTERM while starting: a stop
-            _record_end(store, run_id, "stopped",
-                        f"stopped by signal {_SIGNALLED[0]} before the first step")
+        if _SIGNALLED[0] is not None and session.run is None:  # SIGTERM while starting: a stop
+            record_end(store, run_id, "stopped",
+                       f"stopped by signal {_SIGNALLED[0]} before the first step")
             return "stopped"
-        message = f"{type(error).__name__}: {error}"[:2000]
-        if isinstance(error, StoreUnavailable):
-            step = f" after step {run.step}" if run is not None else " before the first step"
-            message = f"failed{step}: {message}"[:2000]
-            _log(f"run {run_id} {message}")  # the log first: the store may never take it
-        _record_end(store, run_id, "failed", message,
-                    STORE_RETRY_S if isinstance(error, StoreUnavailable) else 0.0)
+        session.fail(error)
         raise
     finally:
         _STOP_HOOK[0] = None
         heartbeat.close()
-        if run is not None:
-            run.close()
+        session.close()
 
 
 _STOP_HOOK: list[RunLoop | None] = [None]
@@ -211,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         # TensorFlow is imported (this module's imports): the process can take the run now
         store.update_run(args.run_id, taken_at=time.time())
     except StoreUnavailable as error:
-        _log(f"run {args.run_id} cannot start: {error}")
+        log(f"run {args.run_id} cannot start: {error}")
         return 1
     return run_one(store, args.run_id, max_wall_s=args.max_wall_s,
                    full_recording=args.full_recording)
@@ -220,8 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_one(store: RunStore, run_id: int, max_wall_s: float | None = None,
             full_recording: bool = False) -> int:
     """Train one run in this process (`train`), report a failure on stderr, then hand the pool
-    place over (`_hand_over`); returns the exit code of the process (0 unless the run failed).
-    Shared by the cold process (`main`) and the warm worker (`runs.process.warm_worker`)."""
+    place over (`_hand_over`); returns the exit code of the process (0 unless the run failed)."""
     try:
         train(run_id, store, max_wall_s=max_wall_s, full_recording=full_recording)
     except StoreUnavailable:  # already logged in one line by `train`: no traceback
@@ -247,7 +152,7 @@ def _lower_priority() -> None:
         if nice:
             os.nice(nice)
     except (ValueError, OSError, AttributeError) as error:
-        _log(f"the run keeps its CPU priority: {error}")
+        log(f"the run keeps its CPU priority: {error}")
 
 
 def _hand_over(store: RunStore) -> None:

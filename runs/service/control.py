@@ -2,10 +2,10 @@
 command before it is queued. No TensorFlow: the optimizer registry gives the specs without
 building an optimizer (tests/test_tf_free_server.py).
 
-A run is a separate process started with `start_run`: a warm worker that already imported
-TensorFlow (`runs.service.warm_pool`, kept by the server with `keep_warm`), else a cold
-`python -m runs.process.worker` (the pool and the launch are in `runs.service.pool`); either
-trains that one run and exits. Everything else goes through the run store: `set_hyper`,
+A run is started with `start_run` in a run host: a warm TensorFlow process that trains many runs
+side by side (`runs.process.run_host`, kept by the server with `keep_warm`), else in a cold
+`python -m runs.process.worker` of its own (the pool and the launch are in `runs.service.pool`).
+Everything else goes through the run store: `set_hyper`,
 `pause`, `resume`, `step`, `set_speed`, `stop`, `autotune`, `response_slice` queue commands
 (payloads of `runs.protocol`) the process polls about every 0.1 s; `runs.service.waiting`
 polls the store for their outcome. `pause`, `resume`, `step`, `set_speed` and `stop` are
@@ -20,7 +20,6 @@ their session's caller). A refusal raises `NotOwner`.
 
 from __future__ import annotations
 
-import os
 import signal
 from typing import Any
 
@@ -35,7 +34,7 @@ from runs.service.ownership import LOCAL, Caller, NotOwner
 from runs.service.warm_pool import keep_warm
 from runs.store import checkpoint_files
 from runs.store.admission import MEMORY_BUDGET_ENV, estimate_mb, memory_budget_mb
-from runs.store.processes import pid_alive, same_process_alive
+from runs.store.processes import same_process_alive
 from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
@@ -56,7 +55,7 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
     starts it at once when fewer than `pool.pool_size()` runs are active and its estimated memory
     fits the budget, otherwise it waits for a run to end (see `RunStore.queue_positions`).
     A page's caller (not `LOCAL`: the pages live in the long-lived server) also makes this
-    process keep warm workers (`keep_warm`), so the next runs start without a TensorFlow import;
+    process keep run hosts (`keep_warm`), so the next runs start without a TensorFlow import;
     the CLI and tests call `keep_warm` themselves when they want them.
 
     Args:
@@ -261,30 +260,28 @@ def _stop(store: RunStore, run: dict[str, Any]) -> int | None:
     run = _active_run(store, run_id)  # authorized above; fresh status
     if run["status"] == "starting" and store.set_status(
             run_id, "stopped", "stopped before its first step", only_from=("starting",)):
-        _signal(run, signal.SIGTERM)
+        _signal(store, run, signal.SIGTERM)
         pool.reap()
         pool.dispatch(store)
         return None
     silent = store.stalled_for(run)
     if silent is not None and same_process_alive(run["pid"], run.get("pid_start")):
+        shared = pool.shares_host(store, run)  # a frozen host with other runs is left alone
+        fate = (f"its run {run['worker']} (pid {run['pid']}) holds other runs and was left"
+                if shared else f"its process {run['pid']} was killed")
         if store.set_status(run_id, "stopped", f"stopped while stalled (no heartbeat for "
-                            f"{silent:.0f} s): its process {run['pid']} was killed",
-                            only_from=ACTIVE_STATUSES):
-            _signal(run, signal.SIGKILL)
-            store.add_event(run_id, "stalled_stop", "",
-                            f"no heartbeat for {silent:.0f} s, SIGKILL to pid {run['pid']}")
+                            f"{silent:.0f} s): {fate}", only_from=ACTIVE_STATUSES):
+            _signal(store, run, signal.SIGKILL)
+            store.add_event(run_id, "stalled_stop", "", f"no heartbeat for {silent:.0f} s, "
+                            + ("no signal" if shared else f"SIGKILL to pid {run['pid']}"))
             pool.reap()
             pool.dispatch(store)
             return None
     return store.send_command_once(run_id, "stop")[0]
 
 
-def _signal(run: dict[str, Any], signum: int) -> None:
-    if run["pid"] and pid_alive(run["pid"]):
-        try:
-            os.kill(run["pid"], signum)
-        except ProcessLookupError:  # it ended meanwhile
-            pass
+def _signal(store: RunStore, run: dict[str, Any], signum: int) -> None:
+    pool.signal_run(store, run, signum)  # a run host holding other runs is spared
 
 
 def _followed(run: dict[str, Any], name: str) -> None:

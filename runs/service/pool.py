@@ -2,41 +2,58 @@
 process trains a run. No Streamlit, no TensorFlow.
 
 `dispatch` starts queued runs while the pool has a free place AND the memory budget room
-(`runs.store.admission`); it is called by `runs.service.control.start_run`, by a run process as
-it ends and by the pages' heartbeat. Each run it starts goes to a warm worker that is ready
-(TensorFlow already imported, `runs.service.warm_pool`; assigned in one transaction,
-`runs.service.worker_table.assign`), else to a cold process started for it
-(`python -m runs.process.worker`, `_launch`) - when no warm worker is free, or warm workers are
-off (`OPTIMIZER_LAB_WARM_WORKERS=off`). Either way the run trains alone in a fresh process that
-exits after it. The run's `worker` column says which.
+(`runs.store.admission`); it is called by `runs.service.control.start_run`, by a run process or
+run host as a run ends and by the pages' heartbeat. Each run it starts goes to a run host with
+room (a warm process that trains many runs, `runs.process.run_host`, kept by
+`runs.service.warm_pool`; assigned in one transaction, `runs.service.worker_table.assign`),
+else to a cold process started for it alone (`python -m runs.process.worker`, `_launch`) - when
+no host has room, or run hosts are off (`OPTIMIZER_LAB_WARM_WORKERS=off`). The run's `worker`
+column says which: `host <id>` or `cold`.
+
+How many (settings, all validated, the message naming the variable and its range):
+`OPTIMIZER_LAB_HOSTS` run hosts (`host_count`), each holding up to `OPTIMIZER_LAB_RUNS_PER_HOST`
+runs (`runs_per_host`); `OPTIMIZER_LAB_POOL_SIZE` runs at once in all (`pool_size`).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from collections.abc import Callable, Iterable
+from typing import Any
 
+from runs.protocol import ACTIVE_STATUSES
 from runs.service import worker_table
 from runs.store.admission import memory_budget_mb
-from runs.store.processes import process_start
+from runs.store.processes import pid_alive, process_start
 from runs.store.run_store import RunStore
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Popen objects of the run processes started by this process, reaped on every call.
 _PROCESSES: dict[int, subprocess.Popen] = {}
-# Popen objects of this process's idle warm workers, by (store path, worker id); filled by
-# `runs.service.warm_pool`. A worker given a run moves to `_PROCESSES` under the run id.
-_WARM_CHILDREN: dict[tuple[str, int], subprocess.Popen] = {}
-# Called after a run was given to a warm worker (`runs.service.warm_pool` wakes its refill thread).
+# Popen objects of the run hosts started by this process, by (store path, host id); filled by
+# `runs.service.warm_pool`, reaped on every call.
+_HOST_CHILDREN: dict[tuple[str, int], subprocess.Popen] = {}
+# Called after a run was given to a host (`runs.service.warm_pool` wakes its refill thread).
 _ON_ASSIGN: list[Callable[[], None]] = []
 WARM_ENV = "OPTIMIZER_LAB_WARM_WORKERS"
 WARM_CHOICES = ("on", "off")
 POOL_SIZE_ENV = "OPTIMIZER_LAB_POOL_SIZE"
+# With run hosts off every run is a TensorFlow process of ~1 GB that keeps a core busy: one
+# per core of a small machine. With hosts the pool is what the hosts hold together.
 DEFAULT_POOL_SIZE = 2
-MAX_POOL_SIZE = 64
+MAX_POOL_SIZE = 1024
+# With hosts on, runs beyond what the hosts can take (none started yet, e.g. a CLI run; all
+# full) get cold processes, at most this many at once: each is ~1 GB and a busy core.
+COLD_PLACES = DEFAULT_POOL_SIZE
+HOSTS_ENV = "OPTIMIZER_LAB_HOSTS"
+MAX_HOSTS = 64
+RUNS_PER_HOST_ENV = "OPTIMIZER_LAB_RUNS_PER_HOST"
+DEFAULT_RUNS_PER_HOST = 32
+MAX_RUNS_PER_HOST = 256
 NICE_ENV = "OPTIMIZER_LAB_WORKER_NICE"
 DEFAULT_NICE = 10
 TAB_CLOSE_ENV = "OPTIMIZER_LAB_ON_TAB_CLOSE"
@@ -44,11 +61,14 @@ TAB_CLOSE_POLICIES = ("finish", "stop")
 
 
 def reap() -> list[int]:
-    """Collect finished child run processes (no zombies); returns the run ids reaped."""
+    """Collect finished child run processes and run hosts (no zombies); returns the run ids
+    of the cold processes reaped."""
     # a copy: the warm pool's thread may add a run meanwhile
     done = [run_id for run_id, proc in list(_PROCESSES.items()) if proc.poll() is not None]
     for run_id in done:
         _PROCESSES.pop(run_id, None)
+    for proc in list(_HOST_CHILDREN.values()):
+        proc.poll()  # reaps an exited host; `warm_pool` forgets it on its next refill
     return done
 
 
@@ -61,7 +81,9 @@ def check_processes(store: RunStore) -> list[int]:
 
 
 def log_path(store: RunStore, run_id: int) -> Path:
-    """`<store dir>/logs/run-<id>.log`, the worker's stdout and stderr."""
+    """`<store dir>/logs/run-<id>.log`: a cold process's stdout and stderr; for a run in a
+    host, the lines saying which host took it and how it ended (the host's own output is
+    `runs.service.warm_pool.host_log_path`)."""
     return store.data_dir / "logs" / f"run-{run_id}.log"
 
 
@@ -73,13 +95,38 @@ def _env_choice(name: str, default: str, allowed: Iterable[str]) -> str:
 
 
 def pool_size() -> int:
-    """How many runs may train at once: `OPTIMIZER_LAB_POOL_SIZE` (default 2, one per core of
-    a small machine: every run is a TensorFlow process of ~1 GB that keeps a core busy).
+    """How many runs may train at once: `OPTIMIZER_LAB_POOL_SIZE`; default `host_count()` x
+    `runs_per_host()` with run hosts on (what the hosts hold together; the memory budget
+    still bounds it), 2 with them off (one per core of a small machine: every run is then a
+    TensorFlow process of ~1 GB that keeps a core busy).
+
+    Raises:
+        ValueError: the variable is not an integer in [1, 1024] (or a bad host setting).
+    """
+    default = host_count() * runs_per_host() if warm_enabled() else DEFAULT_POOL_SIZE
+    return _env_int(POOL_SIZE_ENV, min(default, MAX_POOL_SIZE), 1, MAX_POOL_SIZE)
+
+
+def host_count() -> int:
+    """How many run hosts the warm pool keeps: `OPTIMIZER_LAB_HOSTS`, default the number of
+    cores (`os.cpu_count()`, at most 8): a host's main thread trains on one core, so more
+    hosts than cores only share them. The memory budget may allow fewer
+    (`runs.store.admission.hosts_wanted`).
 
     Raises:
         ValueError: the variable is not an integer in [1, 64].
     """
-    return _env_int(POOL_SIZE_ENV, DEFAULT_POOL_SIZE, 1, MAX_POOL_SIZE)
+    return _env_int(HOSTS_ENV, max(1, min(8, os.cpu_count() or 1)), 1, MAX_HOSTS)
+
+
+def runs_per_host() -> int:
+    """How many runs one host trains at once: `OPTIMIZER_LAB_RUNS_PER_HOST` (default 32; a
+    default run adds ~40-60 MB to a host, and its steps share the host's core with the others).
+
+    Raises:
+        ValueError: the variable is not an integer in [1, 256].
+    """
+    return _env_int(RUNS_PER_HOST_ENV, DEFAULT_RUNS_PER_HOST, 1, MAX_RUNS_PER_HOST)
 
 
 def worker_nice() -> int:
@@ -114,8 +161,8 @@ def _env_int(name: str, default: int, low: int, high: int, note: str = "") -> in
 
 
 def warm_enabled() -> bool:
-    """Whether runs may go to warm workers: `OPTIMIZER_LAB_WARM_WORKERS` = `on` (default) or
-    `off` (every run gets a cold process).
+    """Whether runs go to run hosts: `OPTIMIZER_LAB_WARM_WORKERS` = `on` (default) or `off`
+    (every run gets a cold process of its own).
 
     Raises:
         ValueError: another value.
@@ -150,41 +197,81 @@ def dispatch(store: RunStore, size: int | None = None) -> list[int]:
     """Start queued runs while the pool has free places and the memory budget
     (`runs.store.admission.memory_budget_mb`, MB) has room; returns the run ids started.
 
-    Called by `start_run`, by a run process as it ends (the queue drains with no page open)
-    and by the pages on every render (a run killed with SIGKILL cannot hand its place over;
-    `claim_queued` marks it interrupted and gives the place to the next run).
+    The pool's places (`size`, default `pool_size()`) are, with run hosts on, also bounded by
+    what the live hosts hold or may still take plus `COLD_PLACES` cold processes (so a store
+    without hosts, e.g. the CLI's, does not start dozens of 1 GB processes).
+
+    Called by `start_run`, by a run process or host as a run ends (the queue drains with no
+    page open) and by the pages on every render (a run killed with SIGKILL cannot hand its
+    place over; `check_processes` marks it interrupted and its place goes to the next run).
 
     Raises:
-        ValueError: an invalid pool size, memory budget or warm-workers setting.
+        ValueError: an invalid pool size, hosts, runs-per-host, memory budget or warm setting.
     """
-    reap()
+    check_processes(store)  # a dead host's runs are interrupted with its name first
     warm = warm_enabled()  # settings checked before a run is claimed, never after
+    capacity = runs_per_host() if warm else 0
     worker_nice()  # a bad OPTIMIZER_LAB_WORKER_NICE is refused here, before a run is claimed
-    started = store.claim_queued(pool_size() if size is None else size, memory_budget_mb())
+    size = pool_size() if size is None else size
+    if warm:  # what the hosts hold or may take, and at most COLD_PLACES cold processes
+        places = sum(h["runs"] + (capacity - h["runs"] if h["state"] != "retired" else 0)
+                     for h in worker_table.hosts(store))
+        size = min(size, places + COLD_PLACES)
+    started = store.claim_queued(size, memory_budget_mb(), capacity)
     for run_id in started:
-        if not (warm and _assign_warm(store, run_id)):
+        if not (warm and _assign_host(store, run_id, capacity)):
             _launch(store, run_id)
     return started
 
 
-def _assign_warm(store: RunStore, run_id: int) -> bool:
-    """Give a claimed run to a ready warm worker; True when one took it. Its Popen (when this
-    process started it) becomes the run's entry of `_PROCESSES`, and the warm pool is woken to
-    start a replacement."""
+def _assign_host(store: RunStore, run_id: int, capacity: int) -> bool:
+    """Give a claimed run to a run host with room (`worker_table.assign`); True when one took
+    it. The warm pool is woken (it may start another host)."""
     try:
-        taken = worker_table.assign(store, run_id)
+        taken = worker_table.assign(store, run_id, capacity)
     except Exception as error:  # noqa: BLE001 - a claimed run must get a process: go cold
-        print(f"warm assignment of run {run_id} failed, starting it cold: {error}",
+        print(f"host assignment of run {run_id} failed, starting it cold: {error}",
               file=sys.stderr)
         return False
     if taken is None:
         return False
-    proc = _WARM_CHILDREN.pop((str(store.path), taken[0]), None)
-    if proc is not None:
-        _PROCESSES[run_id] = proc
     for wake in list(_ON_ASSIGN):
         wake()
     return True
+
+
+def shares_host(store: RunStore, run: dict[str, Any]) -> bool:
+    """True when `run` (a dict of `RunStore.run`) is trained by a run host that holds other
+    active runs too."""
+    if worker_table.host_id_of(run.get("worker")) is None:
+        return False
+    with store._connect() as con:
+        return con.execute(
+            f"SELECT COUNT(*) FROM runs WHERE worker = ? AND id != ? AND status IN "
+            f"{ACTIVE_STATUSES}", (run["worker"], run["id"])).fetchone()[0] > 0
+
+
+def signal_run(store: RunStore, run: dict[str, Any], signum: int) -> None:
+    """Send `signum` to the process of `run` (a dict of `RunStore.run`) when it lives.
+
+    A cold process trains this run alone: it gets the signal. A run host trains others too: a
+    SIGTERM (the stop of a starting run) is never sent - a run the host has not taken yet is
+    released at once (`worker_table.release_untaken`), one it is opening is dropped when the
+    host sees its status - and a SIGKILL (the stop of a stalled, frozen host) only when no other
+    active run is held by that host (`shares_host`)."""
+    pid = run.get("pid")
+    if worker_table.host_id_of(run.get("worker")) is not None:
+        if signum != signal.SIGKILL:
+            worker_table.release_untaken(store, run["id"])
+            return
+        if shares_host(store, run):
+            return
+    if not pid or not pid_alive(pid):
+        return
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
 
 
 def _launch(store: RunStore, run_id: int) -> None:

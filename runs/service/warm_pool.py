@@ -1,22 +1,23 @@
-"""The warm pool: spare run processes that already imported TensorFlow, kept by a long-lived
-process (the Streamlit server; a test). No Streamlit, no TensorFlow.
+"""The warm pool: the run hosts (warm TensorFlow processes that each train many runs), kept by a
+long-lived process (the Streamlit server; a test). No Streamlit, no TensorFlow.
 
 Why: a cold run process imports TensorFlow (4-5 s, ~750 MB on the 2-core machine) before its
-first step: Start -> first step costs 5-8 s cold, 15-78 s under load. A warm worker
-(`runs.process.warm_worker`) pays that before any run needs it; `runs.service.pool.dispatch`
-gives a claimed run to a ready one in one transaction (`runs.service.worker_table.assign`) and
-falls back to a cold process when none is ready. Each warm worker trains exactly one run and
-exits, so runs stay isolated from each other exactly as with cold processes (a fresh process per
-run).
+first step, and holds ~962 MB for one run. A run host (`runs.process.run_host`) pays the import
+once, before any run needs it, and then trains many runs side by side for ~40-60 MB each;
+`runs.service.pool.dispatch` gives a claimed run to a host with room in one transaction
+(`runs.service.worker_table.assign`) and falls back to a cold process when none has room. The
+runs of a host stay isolated from each other (own engine, optimizer, data order, traced step,
+commands; `runs.process.host_scheduler`).
 
 `keep_warm(store)` starts (once per process) a refill thread that every `REFILL_EVERY_S`
-seconds, and at once after an assignment: moves the workers given a run into
-`runs.service.pool._PROCESSES` (reaped like cold ones), forgets the ones that exited, and starts
-new spares up to `runs.store.admission.warm_spares` (one per free pool place,
-`OPTIMIZER_LAB_POOL_SIZE`, within the memory budget) - once no run is starting
-(`STARTING_PRIORITY_S`). `shutdown()` (also at exit) retires and terminates this process's idle
-workers; a worker whose parent dies without a shutdown exits by itself (see
-`runs.process.warm_worker`), so the server never leaves orphans.
+seconds, and at once after an assignment: forgets the hosts that exited and starts new ones up
+to `runs.store.admission.hosts_wanted` (`OPTIMIZER_LAB_HOSTS`, within the memory budget). The
+first host starts at once; further ones only while no run is starting (`STARTING_PRIORITY_S`:
+a TensorFlow import beside a run's first step would delay it). `shutdown()` (also at exit)
+retires this process's hosts: idle ones are terminated, ones holding runs train them to their
+end and then exit (runs outlive a restart of the server); a host whose parent dies without a
+shutdown exits by itself once idle (see `runs.process.run_host`), so the server never leaves
+idle orphans.
 """
 
 from __future__ import annotations
@@ -31,13 +32,13 @@ from pathlib import Path
 
 from runs.service import worker_table
 from runs.store import admission
-from runs.service.pool import (_ON_ASSIGN, _PROCESSES, _WARM_CHILDREN, PROJECT_ROOT, pool_size,
-                       warm_enabled, worker_env)
+from runs.service.pool import (_HOST_CHILDREN, _ON_ASSIGN, PROJECT_ROOT, host_count,
+                               warm_enabled, worker_env)
 from runs.store.processes import process_start
 from runs.store.run_store import RunStore
 
 REFILL_EVERY_S = 0.5
-# A spare is not started while a run started less than this many seconds ago is still
+# A second host is not started while a run started less than this many seconds ago is still
 # `starting` (building its model, compiling its first step): on 2 cores a TensorFlow import
 # beside it would delay its first step, which is what the user waits for.
 STARTING_PRIORITY_S = 30.0
@@ -45,17 +46,17 @@ SHUTDOWN_WAIT_S = 10.0
 MAX_FAILURES = 3
 
 
-def warm_log_path(store: RunStore, worker_id: int) -> Path:
-    """`<store dir>/logs/warm-<id>.log`: a warm worker's output until it takes a run (then it
-    writes to the run's log, `runs.service.pool.log_path`); removed once the worker is gone."""
-    return store.data_dir / "logs" / f"warm-{worker_id}.log"
+def host_log_path(store: RunStore, host_id: int) -> Path:
+    """`<store dir>/logs/host-<id>.log`: a run host's output (TensorFlow's start-up lines, the
+    tracebacks of its runs that failed); removed once the host is gone after a clean life."""
+    return store.data_dir / "logs" / f"host-{host_id}.log"
 
 
 class WarmPool:
-    """The spare warm workers of one store, kept by this process (see the module docstring).
+    """The run hosts of one store, kept by this process (see the module docstring).
 
     Args:
-        store: the run store the workers poll and whose runs they train.
+        store: the run store the hosts poll and whose runs they train.
     """
 
     def __init__(self, store: RunStore):
@@ -66,7 +67,7 @@ class WarmPool:
         self._wake = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="warm-pool", daemon=True)
         self.last_error = ""
-        self.failures = 0  # warm workers in a row that died before they were ready
+        self.failures = 0  # hosts in a row that died before they were ready
 
     def start(self) -> None:
         """Start the refill thread (a daemon: it never keeps the process alive)."""
@@ -77,7 +78,7 @@ class WarmPool:
         return self._thread.is_alive() and not self._stop.is_set()
 
     def wake(self) -> None:
-        """Refill now instead of at the next tick (called after a worker was given a run)."""
+        """Refill now instead of at the next tick (called after a host was given a run)."""
         self._wake.set()
 
     def _loop(self) -> None:
@@ -92,73 +93,75 @@ class WarmPool:
             self._wake.clear()
 
     def _mine(self) -> dict[int, subprocess.Popen]:
-        return {wid: proc for (key, wid), proc in list(_WARM_CHILDREN.items())
+        return {hid: proc for (key, hid), proc in list(_HOST_CHILDREN.items())
                 if key == self._key}
 
     def collect(self) -> None:
-        """Hand workers that were given a run to `runs.service.pool._PROCESSES` (by run id), forget
-        exited ones and remove their warm logs."""
-        mine = self._mine()
-        for wid, run_id in worker_table.runs_of(self.store, list(mine)).items():
-            proc = _WARM_CHILDREN.pop((self._key, wid), None)
-            if proc is not None:
-                _PROCESSES[run_id] = proc
-        for wid, proc in self._mine().items():
+        """Forget the hosts that exited (a clean one's log removed; one that died before it
+        was ready counts as a failure and keeps its log)."""
+        for hid, proc in self._mine().items():
             if proc.poll() is not None:
-                _WARM_CHILDREN.pop((self._key, wid), None)
-                log = warm_log_path(self.store, wid)
-                if worker_table.row(self.store, wid)["ready_at"] is None:
+                _HOST_CHILDREN.pop((self._key, hid), None)
+                log = host_log_path(self.store, hid)
+                if worker_table.row(self.store, hid)["ready_at"] is None:
                     # died while warming up (TensorFlow cannot be imported, out of memory):
                     # keep its log and do not respawn forever
                     self.failures += 1
-                    self.last_error = (f"warm worker {wid} exited with code {proc.returncode} "
+                    self.last_error = (f"run host {hid} exited with code {proc.returncode} "
                                        f"before it was ready; see {log}")
                 else:
                     self.failures = 0
-                    log.unlink(missing_ok=True)
+                    if proc.returncode == 0:
+                        log.unlink(missing_ok=True)
 
     def refill(self) -> list[int]:
-        """Collect, then start the spares `runs.store.admission.warm_spares` asks for; returns
-        their worker ids.
+        """Collect, then start the hosts `runs.store.admission.hosts_wanted` asks for; returns
+        their host ids.
 
         Raises:
-            ValueError: an invalid pool size, memory budget or warm-workers setting.
+            ValueError: an invalid hosts, memory budget or warm-workers setting.
             StoreUnavailable: the store cannot be read or written.
         """
         with self._lock:
             self.collect()
             if self._stop.is_set() or not warm_enabled() or self.failures >= MAX_FAILURES:
                 return []  # after MAX_FAILURES failed warm-ups every run goes cold
-            active, queued, starting = worker_table.places(self.store, STARTING_PRIORITY_S)
-            if starting:  # a run builds and compiles its first step: leave it the cores
+            live = [h for h in worker_table.hosts(self.store) if h["state"] in
+                    worker_table.SPARE_STATES]
+            _, _, starting = worker_table.places(self.store, STARTING_PRIORITY_S)
+            if starting and live:  # a run builds and compiles its first step: leave it the cores
                 return []
-            wanted = admission.warm_spares(active, len(worker_table.spares(self.store)), queued,
-                                           pool_size(), admission.memory_budget_mb())
-            return [wid for wid in (self._spawn() for _ in range(wanted)) if wid is not None]
+            with self.store._connect() as con:
+                held = admission.Account(con).held_mb()
+            wanted = admission.hosts_wanted(len(live), host_count(), admission.memory_budget_mb(),
+                                            held)
+            if not live:
+                wanted = min(wanted, 1)  # the first host alone: it imports TensorFlow on 2 cores
+            return [hid for hid in (self._spawn() for _ in range(wanted)) if hid is not None]
 
     def _spawn(self) -> int | None:
-        """Start one warm worker (its row first: the worker needs its id); None on OSError."""
+        """Start one run host (its row first: the host needs its id); None on OSError."""
         wid = worker_table.register(self.store, os.getpid())
-        log = warm_log_path(self.store, wid)
+        log = host_log_path(self.store, wid)
         log.parent.mkdir(parents=True, exist_ok=True)
         try:
             with open(log, "ab") as out:
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "runs.process.warm_worker", "--store", self._key,
-                     "--worker-id", str(wid), "--parent", str(os.getpid())],
+                    [sys.executable, "-m", "runs.process.run_host", "--store", self._key,
+                     "--host-id", str(wid), "--parent", str(os.getpid())],
                     cwd=PROJECT_ROOT, env=worker_env(), stdout=out, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, start_new_session=True,
                 )
         except OSError as error:
             worker_table.set_state(self.store, wid, "gone")
-            print(f"warm pool: could not start a worker: {error}", file=sys.stderr, flush=True)
+            print(f"warm pool: could not start a run host: {error}", file=sys.stderr, flush=True)
             return None
         worker_table.set_process(self.store, wid, proc.pid, process_start(proc.pid))
-        _WARM_CHILDREN[(self._key, wid)] = proc
+        _HOST_CHILDREN[(self._key, wid)] = proc
         return wid
 
     def wait_ready(self, count: int, timeout_s: float = 120.0) -> int:
-        """Wait until at least `count` spares are `ready`; returns how many are.
+        """Wait until at least `count` run hosts are `ready`; returns how many are.
 
         Raises:
             TimeoutError: fewer after `timeout_s` seconds (message gives the states).
@@ -170,13 +173,14 @@ class WarmPool:
             if ready >= count:
                 return ready
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{ready} warm workers ready after {timeout_s} s, waited for "
+                raise TimeoutError(f"{ready} run hosts ready after {timeout_s} s, waited for "
                                    f"{count}: {spares} {self.last_error}")
             time.sleep(0.05)
 
     def shutdown(self, wait_s: float = SHUTDOWN_WAIT_S) -> None:
-        """Stop refilling; retire this process's idle workers and terminate them (SIGTERM,
-        SIGKILL after `wait_s` seconds). Workers training a run are left alone."""
+        """Stop refilling; retire this process's hosts (they take no new run). Idle ones are
+        terminated (SIGTERM, SIGKILL after `wait_s` seconds); ones holding runs train them to
+        their end and then exit by themselves."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
@@ -184,21 +188,22 @@ class WarmPool:
         with self._lock:
             self.collect()
             try:
-                retired = {wid for wid, _ in worker_table.retire(self.store, os.getpid())}
+                worker_table.retire(self.store, os.getpid())
+                busy = {h["id"] for h in worker_table.hosts(self.store) if h["runs"]}
             except Exception:  # noqa: BLE001 - store gone: our idle children still must go
-                retired = set(self._mine())
-            procs = [(wid, proc) for wid, proc in self._mine().items() if wid in retired]
+                busy = set()
+            procs = [(hid, proc) for hid, proc in self._mine().items() if hid not in busy]
             for _, proc in procs:
                 if proc.poll() is None:
                     proc.terminate()
-            for wid, proc in procs:
+            for hid, proc in procs:
                 try:
                     proc.wait(timeout=wait_s)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-                _WARM_CHILDREN.pop((self._key, wid), None)
-                warm_log_path(self.store, wid).unlink(missing_ok=True)
+                _HOST_CHILDREN.pop((self._key, hid), None)
+                host_log_path(self.store, hid).unlink(missing_ok=True)
 
 
 _POOL: list[WarmPool] = []  # at most one per process
@@ -206,8 +211,8 @@ _POOL_LOCK = threading.Lock()
 
 
 def keep_warm(store: RunStore) -> WarmPool | None:
-    """Keep spare warm workers for `store` in this process (idempotent; a pool kept for
-    another store is shut down first). Returns the pool, or None when warm workers are off
+    """Keep run hosts for `store` in this process (idempotent; a pool kept for another store is
+    shut down first). Returns the pool, or None when run hosts are off
     (`OPTIMIZER_LAB_WARM_WORKERS=off`).
 
     Call it from the long-lived process that serves the pages (its children die with it).

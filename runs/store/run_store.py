@@ -10,9 +10,9 @@ it and write commands (`set_hyper`, `pause`, `resume`, `stop`) that the run proc
 Tables (all steps are 1-based optimizer steps, times are Unix seconds):
 
 * `runs`: one row per run: status, the full config JSON, optimizer config, versions, device,
-  the run process's pid and heartbeat, the last step reached, which kind of process trained it
-  (`worker`: `warm`/`cold`) and when that process took it (`taken_at`).
-* `workers`: the warm worker processes and the run each was given (`runs.service.worker_table`).
+  the run process's pid and heartbeat, the last step reached, which process trained it
+  (`worker`: `host <id>`/`cold`) and when that process took it (`taken_at`).
+* `workers`: the run host processes (`runs.service.worker_table`).
 * `scalars(run_id, step, name, value)`: `train_loss`, `val_loss`, `val_accuracy`, ...
 * `hyper_changes(run_id, step, name, old, new, source)`: every hyperparameter value that took
   effect at `step` (`source` = `init`, `user`, `auto-tune`); the trace of a hyperparameter is
@@ -53,7 +53,7 @@ from runs.store import admission
 from runs.store.commands import CommandQueue
 from runs.store.connection import Backend, column_names, dict_rows, for_update
 from runs.store.files import _unavailable, data_dir, default_store, take_last_words
-from runs.store.processes import pid_alive, rss_mb, same_process_alive
+from runs.store.processes import pid_alive, same_process_alive
 from runs.store.records import Records
 from runs.store.schema import (
     ADDED_RUN_COLUMNS,
@@ -68,6 +68,19 @@ from runs.store.schema import (
 # `runs.store.processes`): then it is STALLED, stays active (keeps its pool place, can be
 # stopped, cannot be deleted) and the pages show "no heartbeat for N s" (`stalled_for`).
 STALE_AFTER = 60.0
+
+def _interrupted_message(pid: int | None, beat: float, now: float, worker: str | None,
+                         step: int) -> str:
+    """Why an active run is marked interrupted: its process ended (or went silent and cannot be
+    proven alive); for a run in a run host (`worker` = `host <id>`), which host, its pid and the
+    last committed step (`runs.step`, the step of the last batch in the store)."""
+    if not (worker or "").startswith("host "):
+        return "the run process ended without finishing"
+    what = ("died" if pid is not None and not pid_alive(pid)
+            else f"was silent for {now - beat:.0f} s")
+    return (f"its run {worker} (pid {pid}) {what}: interrupted after step {step}, the last "
+            "committed step; every record up to it is kept")
+
 
 class RunStore:
     """Access to one run-store file. Cheap to create; every call opens its own connection,
@@ -216,11 +229,15 @@ class RunStore:
         with self._connect() as con:
             return con.execute(sql, params).rowcount == 1
 
-    def claim_queued(self, pool_size: int, budget_mb: float | None = None) -> list[int]:
+    def claim_queued(self, pool_size: int, budget_mb: float | None = None,
+                     host_capacity: int = 0) -> list[int]:
         """Move the oldest queued runs to `starting` while fewer than `pool_size` runs are
         active and their memory fits in `budget_mb` (MB, None = no budget; see
         `runs.store.admission.admit`); returns the ids claimed (the caller launches their
-        processes). A run held back by the budget gets the reason as its `message`.
+        processes). A run held back by the budget gets the reason as its `message`. The memory
+        account is `runs.store.admission.Account`: run hosts are counted once each, and the
+        first queued runs that fit in the hosts' free places (`host_capacity` runs per host,
+        0 = no hosts) are charged as runs in a host.
 
         One `immediate()` transaction: two processes dispatching at once (a page and a run
         process that just ended, or two web servers on one PostgreSQL) cannot both fill the
@@ -231,24 +248,12 @@ class RunStore:
         """
         self.mark_interrupted()
         with self.immediate() as con:
-            active_mb = [
-                max(admission.estimate_mb(json.loads(config)),
-                    (rss_mb(pid) or 0.0) if same_process_alive(pid, start) else 0.0)
-                for config, pid, start in con.execute(
-                    f"SELECT config, pid, pid_start FROM runs WHERE status IN {ACTIVE_STATUSES}")
-            ]
-            # FOR UPDATE (PostgreSQL): a page stopping a queued run waits for this claim
-            queued = [(run_id, admission.estimate_mb(json.loads(config))) for run_id, config in
-                      con.execute("SELECT id, config FROM runs WHERE status = ? ORDER BY id"
-                                  + for_update(con), (QUEUED,))]
-            # processes of runs that just ended (not this one: a worker handing its place over
-            # is about to exit) still hold their memory for a second or two
-            ending_mb = sum(
-                rss_mb(pid) or 0.0 for pid, start in con.execute(
-                    f"SELECT pid, pid_start FROM runs WHERE status IN {FINAL_STATUSES} AND "
-                    "pid IS NOT NULL AND updated > ?", (time.time() - 60,))
-                if pid != os.getpid() and same_process_alive(pid, start))
-            ids, waiting = admission.admit(queued, active_mb, pool_size, budget_mb, ending_mb)
+            account = admission.Account(con, host_capacity)
+            queued = account.needs([(run_id, json.loads(config)) for run_id, config in con.execute(
+                "SELECT id, config FROM runs WHERE status = ? ORDER BY id" + for_update(con),
+                (QUEUED,))])
+            ids, waiting = admission.admit(queued, account.active_mb, pool_size, budget_mb,
+                                           account.ending_mb, account.hosts_mb, account.hosts)
             con.execute("UPDATE runs SET message = '' WHERE status = ? AND message LIKE "
                         "'waits for memory%'", (QUEUED,))
             con.executemany("UPDATE runs SET message = ? WHERE id = ?",
@@ -320,25 +325,25 @@ class RunStore:
         now = time.time() if now is None else now
         with self._connect() as con:
             rows = con.execute(
-                "SELECT id, pid, heartbeat, created, pid_start FROM runs"
+                "SELECT id, pid, heartbeat, created, pid_start, worker, step FROM runs"
                 f" WHERE status IN {ACTIVE_STATUSES}"
             ).fetchall()
-            dead = [
-                run_id for run_id, pid, beat, created, start in rows
+            dead = {
+                run_id: _interrupted_message(pid, beat or created, now, worker, step)
+                for run_id, pid, beat, created, start, worker, step in rows
                 if (pid is not None and not pid_alive(pid))
                 or (now - (beat or created) > STALE_AFTER and not same_process_alive(pid, start))
-            ]
-            for run_id in dead:
+            }
+            for run_id, message in dead.items():
                 # a run that could not write its end (the store was unwritable) kept it
                 words = take_last_words(self.path, run_id) or {
-                    "status": "interrupted",
-                    "message": "the run process ended without finishing"}
+                    "status": "interrupted", "message": message}
                 con.execute(  # still active: a run that just finished keeps its status
                     "UPDATE runs SET status = ?, updated = ?, message = ? WHERE id = ?"
                     f" AND status IN {ACTIVE_STATUSES}",
                     (words["status"], now, words["message"], run_id),
                 )
-        return dead
+        return list(dead)
 
     def stalled_for(self, run: dict[str, Any], now: float | None = None) -> float | None:
         """Seconds since the heartbeat of an active run that is silent beyond `STALE_AFTER`

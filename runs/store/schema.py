@@ -3,12 +3,12 @@ columns added to `runs` since the first stores (migrated on open by `RunStore`).
 tables are declared by their row types (`engine.record_rows`): `record_table_sql` builds each
 `CREATE TABLE` from the same fields `record_rows.insert_sql` writes.
 
-`workers` (one row per warm worker process, `runs.service.worker_table`): `state` goes `warming`
-(importing TensorFlow) -> `ready` (waiting for a run) -> `assigned` (a run id written by
-`assign`, one transaction) -> `running` (the worker took it) -> `gone` (exited); `retired`
-asks an idle worker to exit (pool shut down). `parent_pid` is the process whose pool started
-it; `env` (JSON) the `OPTIMIZER_LAB_*` variables of the dispatcher at assignment (the plugin
-folder it loaded may be newer than the worker).
+`workers` (one row per run host process, `runs.service.worker_table`): `state` goes `warming`
+(importing TensorFlow) -> `ready` (training the runs whose `runs.worker` names it, taking more
+while it has room) -> `retired` (its pool shut down: no new run, it drains) -> `gone` (exited).
+`parent_pid` is the process whose pool started it; `run_id`/`assigned_at` the last run given to
+it; `env` (JSON) the `OPTIMIZER_LAB_*` variables of the dispatcher at its last assignment (the
+plugin folder it loaded may be newer than the host).
 """
 
 import re
@@ -121,9 +121,10 @@ CREATE INDEX IF NOT EXISTS workers_state ON workers (state);
 # `owner`: the owner id of the browser session that started the run (`runs.service.ownership`); NULL
 # for runs started from the CLI and for runs of stores created before owners were recorded.
 # `pid_start`: the start time of the run's process (clock ticks since boot, `runs.store.processes`).
-# `worker`: which kind of process trained the run: `warm` (a warm worker that had TensorFlow
-# imported before the run was assigned, `runs.service.warm_pool`), `cold` (a process started
-# for it), '' (not started yet, or a run trained in the caller's process).
+# `worker`: which process trained the run: `host <id>` (the run host of that `workers` row,
+# `runs.process.run_host`), `cold` (a process started for it alone), `warm` (a one-run warm
+# worker, in stores written before run hosts), '' (not started yet, or a run trained in the
+# caller's process).
 # `taken_at`: when that process took the run (Unix s; after its TensorFlow import for `cold`);
 # `taken_at - created` is the wait from Start to a process able to build the run.
 ADDED_RUN_COLUMNS = (

@@ -1,0 +1,326 @@
+"""A run host: `python -m runs.process.run_host --store PATH --host-id N --parent PID`.
+
+One process, TensorFlow imported once, that trains MANY runs. Started by the warm pool
+(`runs.service.warm_pool`) before any run needs it, it pays the slow part up front - importing
+TensorFlow, tf_keras and the engine (4-5 s, ~750 MB on the 2-core machine), configuring the
+devices, one throwaway model and trace, and the prepared engine of the Train page's default
+Setup (`engine.prepared`) - then marks its row `ready`.
+
+Runs are given to it by the dispatcher (`runs.service.worker_table.assign`: `runs.worker =
+'host <id>'`, one transaction) while it holds fewer than its capacity
+(`runs.service.pool.runs_per_host`); it polls for them every `POLL_S` seconds (one indexed
+SELECT on a kept connection), takes each (`taken_at` stamped, a line in the run's log) and
+opens it as a `runs.process.run_session.RunSession` with its own engine (model, optimizer and
+slots, data order, traced step), its own `RunLoop` and its own commands. A run of the default
+Setup adopts the prepared engine (no build, no trace after its Start); the host prepares the
+next one at once, between two rounds of its other runs. The runs are
+interleaved step by step in this process's main thread by `runs.process.host_scheduler`
+(round-robin, paced runs at their pace, paused runs only polled). A run that raises, diverges,
+is stopped or paused leaves the others training (tests/test_run_hosts.py).
+
+One heartbeat thread beats every held run (one UPDATE per `run_loop.HEARTBEAT_S`), also while
+the main thread builds a new run's engine, and notices a run a page ended from outside (a
+stalled run's stop). When a run ends the host releases it (`worker_table.release`) and hands
+its pool place over (`runs.service.pool.dispatch`), so the queue drains with no page open.
+Once its first run's first step is recorded the host lowers its CPU priority for good
+(`runs.process.worker._lower_priority`), so the pages that watch get the CPU first.
+
+It exits when it holds no run and its parent process is gone (the server exited or was killed:
+no orphan holding ~750 MB), its row is `retired` (the pool shut down) or it got SIGTERM;
+SIGTERM with runs stops them (`stopped by signal 15 after step N`) first. Runs it holds outlive
+a restart of the server, as a cold run process does. A host killed with SIGKILL: every run it
+held is marked `interrupted` by the next stale check (`RunStore.mark_interrupted`), naming the
+host and the last committed step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the store module is light, but the host imports it after warming up
+    from runs.process.run_session import RunSession
+    from runs.store.run_store import RunStore
+
+POLL_S = 0.05
+# Exit codes of a host.
+EXIT_DONE = 0
+EXIT_ORPHANED = 3
+
+
+def warm_up() -> Any:
+    """Import TensorFlow and everything a run imports, configure the devices, and build and
+    evaluate one throwaway engine on a tiny problem (moons, logistic): the first model build and
+    the first trace in a process cost ~2 s more than later ones (measured 3.3 s vs 1.4 s on the
+    loaded 2-core machine). Returns the prepared engine of the Train page's default Setup
+    (`prepare_default`), or None.
+
+    The runs' numbers do not depend on this: `engine.train_step.Engine` seeds everything from
+    the run seed and every initialiser has an explicit seed (`engine.models`),
+    `tf_keras.backend.clear_session()` resets the layer-name counters afterwards (before any
+    run exists: it is never called once the host holds runs), and a prepared engine is
+    restored bit for bit before a run adopts it."""
+    import tensorflow as tf
+    import tf_keras
+
+    from engine.devices import configure_gpus
+    from engine.train_step import Engine
+    from runs.process import worker  # noqa: F401  (the run loop and the command table)
+    from settings.run_config import RunConfig
+
+    configure_gpus()
+    tf.constant(1.0).numpy()
+    Engine(RunConfig(dataset="moons", model="logistic", steps=1), "/device:CPU:0").evaluate()
+    tf_keras.backend.clear_session()
+    return prepare_default()
+
+
+def prepare_default() -> Any:
+    """A `engine.prepared.PreparedEngine` of the Train page's default Setup
+    (`settings.fields.page_defaults()`) on the device a run would get: a run of that config
+    adopts it and its first step comes without building or tracing anything. None on a failure
+    (it only costs the head start; the reason is logged)."""
+    from engine import prepared
+    from engine.devices import choose_device
+    from settings import fields
+
+    try:
+        config = fields.page_defaults()
+        return prepared.PreparedEngine(config, choose_device(config.device))
+    except Exception as error:  # noqa: BLE001 - the run builds its engine itself then
+        print(f"no prepared engine: {type(error).__name__}: {error}", file=sys.stderr)
+        return None
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append one line to a run's log file (its output lives in the host's log)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as handle:
+            handle.write(line.rstrip() + "\n")
+    except OSError:  # the data directory may be the full disk
+        pass
+
+
+class RunHost:
+    """The serving loop of one host process (see the module docstring).
+
+    Args:
+        store: the run store; host_id: this host's `workers` row; parent: the pool's pid.
+        prepared: a `PreparedEngine` to adopt for the first run of its config, or None.
+    """
+
+    def __init__(self, store: RunStore, host_id: int, parent: int, prepared: Any = None):
+        from runs.process.host_scheduler import HostScheduler
+
+        self.store, self.host_id, self.parent = store, host_id, parent
+        self.prepared = prepared
+        self._prepare = prepared is not None  # keep a prepared default engine at all times
+        self.scheduler = HostScheduler(on_end=self._ended)
+        self.signalled: int | None = None
+        self._lowered = False
+        self._opening: int | None = None  # the run whose engine is being built
+        self._ended_outside: set[int] = set()  # runs a page ended (seen by the heartbeat)
+        self._stop_beat = threading.Event()
+        self._beat_thread = threading.Thread(target=self._beat, name="host-heartbeat",
+                                             daemon=True)
+
+    # ----- engines -------------------------------------------------------------------------
+    def engine_source(self, config: Any, device: str) -> Any:
+        """The prepared engine when it can serve `config` (it serves once), else a new
+        `Engine`. Never `clear_session`: other runs of this host live in the same Keras state."""
+        from engine.train_step import Engine
+
+        if self.prepared is not None and self.prepared.can_serve(config, device):
+            engine, self.prepared = self.prepared.adopt(config), None
+            return engine
+        return Engine(config, device)
+
+    def _first_step(self) -> None:
+        if not self._lowered:
+            self._lowered = True
+            from runs.process.worker import _lower_priority
+
+            _lower_priority()
+
+    # ----- runs ----------------------------------------------------------------------------
+    def take_new_runs(self, con: Any) -> int:
+        """Take and open the runs given to this host since the last poll; returns how many."""
+        from runs.process.run_session import RunSession
+        from runs.service import worker_table
+        from runs.service.pool import log_path
+
+        taken = 0
+        for run_id in worker_table.new_runs(self.store, self.host_id, con):
+            if not worker_table.take(self.store, self.host_id, run_id):
+                continue
+            env = worker_table.row(self.store, self.host_id)["env"]
+            os.environ.update(env)  # the dispatcher's plugin folder and plugin files
+            _append_line(log_path(self.store, run_id),
+                         f"run host {self.host_id} (pid {os.getpid()}) takes run {run_id} "
+                         f"beside {len(self.scheduler)} other run(s); the host's output is in "
+                         f"{host_log_name(self.host_id)}")
+            session = RunSession(self.store, run_id, engine_source=self.engine_source,
+                                 after_first_step=self._first_step)
+            self._opening = run_id
+            try:
+                self.scheduler.open_and_add(session)
+            finally:
+                self._opening = None
+            taken += 1
+        return taken
+
+    def _ended(self, session: RunSession) -> None:
+        from runs.process.worker import _hand_over
+        from runs.service import worker_table
+        from runs.service.pool import log_path
+
+        try:
+            worker_table.release(self.store, session.run_id)
+        except Exception as error:  # noqa: BLE001 - a busy store: the stale check frees it
+            print(f"run {session.run_id}: release failed: {error}", file=sys.stderr, flush=True)
+        step = session.run.step if session.run is not None else 0
+        _append_line(log_path(self.store, session.run_id),
+                     f"run host {self.host_id}: run {session.run_id} ended {session.status} "
+                     f"at step {step}")
+        self._ended_outside.discard(session.run_id)
+        _hand_over(self.store)
+
+    def _beat(self) -> None:
+        from runs.protocol import FINAL_STATUSES
+        from runs.process.run_loop import HEARTBEAT_S
+        from runs.store.connection import database_errors
+
+        con = self.store.open_connection()
+        try:
+            while not self._stop_beat.wait(HEARTBEAT_S):
+                held = self.scheduler.run_ids() + (
+                    [self._opening] if self._opening is not None else [])
+                if not held:
+                    continue
+                marks = ",".join("?" * len(held))
+                try:
+                    con.execute(f"UPDATE runs SET heartbeat = ? WHERE id IN ({marks})",
+                                [time.time(), *held])
+                    ended = [r for r, s in con.execute(
+                        f"SELECT id, status FROM runs WHERE id IN ({marks})", held)
+                        if s in FINAL_STATUSES]
+                    self._ended_outside.update(ended)
+                except database_errors():  # a busy store: beat again next time
+                    pass
+        finally:
+            con.close()
+
+    # ----- the loop ------------------------------------------------------------------------
+    def serve(self) -> int:
+        """Train the runs given to this host until it must exit; returns the exit code."""
+
+        self._beat_thread.start()
+        con = self.store.open_connection()
+        scheduler, stopping = self.scheduler, False
+        last_check = 0.0
+        try:
+            while True:
+                now = time.monotonic()
+                if now - last_check >= POLL_S:
+                    last_check = now
+                    found = con.execute("SELECT state FROM workers WHERE id = ?",
+                                        (self.host_id,)).fetchone()
+                    state = found[0] if found is not None else "gone"
+                    for run_id in list(self._ended_outside):
+                        scheduler.stop_run(run_id, "ended from outside the host")
+                    if self.signalled is not None and not stopping:
+                        stopping = True
+                        scheduler.stop_all(f"stopped by signal {self.signalled} after step "
+                                           "{step}")
+                    if state != "gone" and not stopping:
+                        self.take_new_runs(con)
+                    if not scheduler.sessions:
+                        orphaned = os.getppid() != self.parent
+                        if stopping or orphaned or state not in ("warming", "ready"):
+                            if self._leave(con, state, stopping):
+                                return EXIT_ORPHANED if orphaned else EXIT_DONE
+                            continue
+                    if self.prepared is None and self._prepare:
+                        # the next default run's head start, paid now rather than after its
+                        # Start (a pause of the held runs, as a new run's build would be)
+                        self.prepared = prepare_default()
+                        self._prepare = self.prepared is not None  # a failure: never again
+                        continue
+                if not scheduler.round():
+                    wake = scheduler.next_wake(now + POLL_S)
+                    time.sleep(max(0.0, min(POLL_S, wake - time.monotonic())))
+        finally:
+            self._stop_beat.set()
+            con.close()
+
+    def _leave(self, con: Any, state: str, stopping: bool) -> bool:
+        """Leave the table (`gone`: no run can be given to it any more); True when no run was
+        given to it meanwhile and it may exit. A run given in the race is taken (or, after a
+        SIGTERM, stopped before its first step) and the host stays."""
+        from runs.service import worker_table
+
+        worker_table.set_state(self.store, self.host_id, "gone")
+        left = worker_table.new_runs(self.store, self.host_id, con)
+        if not left:
+            return True
+        if stopping:
+            for run_id in left:
+                self.store.set_status(run_id, "stopped", f"stopped by signal {self.signalled} "
+                                      "before its first step", only_from=("starting",))
+                worker_table.release(self.store, run_id)
+            return True
+        back = state if state in ("warming", "ready", "retired") else "retired"
+        worker_table.set_state(self.store, self.host_id, back, only_from=("gone",))
+        self.take_new_runs(con)
+        return False
+
+    def on_sigterm(self, signum: int, frame: Any) -> None:  # noqa: ARG002
+        """SIGTERM: stop the held runs at their next step, then exit."""
+        self.signalled = signum
+
+
+def host_log_name(host_id: int) -> str:
+    """The file name of a host's log in `<store dir>/logs` (`warm_pool.host_log_path`)."""
+    return f"host-{host_id}.log"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Warm up, mark the row `ready`, serve runs; returns the exit code (`EXIT_DONE`, or
+    `EXIT_ORPHANED` when the parent died)."""
+    parser = argparse.ArgumentParser(description="An Optimizer Lab run host.")
+    parser.add_argument("--store", required=True, help="path of the run-store SQLite file")
+    parser.add_argument("--host-id", type=int, required=True)
+    parser.add_argument("--parent", type=int, required=True, help="pid of the pool's process")
+    args = parser.parse_args(argv)
+    if os.getppid() != args.parent:  # the pool's process died before we even started
+        return EXIT_ORPHANED
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(EXIT_DONE))  # while warming
+    prepared = warm_up()
+    from runs.service import worker_table
+    from runs.store.run_store import RunStore
+
+    store = RunStore(args.store)
+    host = RunHost(store, args.host_id, args.parent, prepared)
+    signal.signal(signal.SIGTERM, host.on_sigterm)
+    if not worker_table.set_state(store, args.host_id, "ready", only_from=("warming",)):
+        if not worker_table.new_runs(store, args.host_id):  # retired while warming
+            worker_table.set_state(store, args.host_id, "gone")
+            return EXIT_DONE
+    try:
+        return host.serve()
+    finally:  # also on an unexpected error: the row must not say `ready`
+        try:
+            worker_table.set_state(store, args.host_id, "gone")
+        except Exception:  # noqa: BLE001 - the store may be gone; the row is then moot
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
