@@ -12,7 +12,7 @@ attributes from this table (`own_specs`, `option_names`); tests/test_tf_free_ser
 that every class agrees with its entry (specs with every option combination, constructor
 defaults, wrapper composition, Keras registered name).
 
-Plugins add entries too: the plugin check process (`optimizers.plugin_process`) reports a
+Plugins add entries too: the plugin check process (`optimizer_plugins.plugin_process`) reports a
 passing plugin's specs, options and `is_rule` as JSON (`CatalogEntry.to_data`), and the server
 registers `CatalogEntry.from_data(...)` without importing the plugin file.
 

@@ -45,6 +45,10 @@ CASES = {
     "lion": ({"learning_rate": 0.01, "weight_decay": 0.1}, {}),
     "lamb": ({"learning_rate": 0.05, "weight_decay": 0.1}, {}),
     "adafactor": ({"learning_rate": 0.05, "epsilon_2": 0.8, "clip_threshold": 0.5}, {}),
+    "muon": ({"learning_rate": 0.02, "weight_decay": 0.1, "adam_weight_decay": 0.05,
+              "epsilon": 1e-3}, {"ns_steps": 2}),
+    "schedule_free_adamw": ({"learning_rate": 0.05, "weight_decay": 0.1, "epsilon": 1e-3},
+                            {"warmup_steps": 5}),
 }
 
 

@@ -137,7 +137,7 @@ def test_adamw_answer():
 
 
 def test_the_app_opens_on_home_with_every_lesson(tmp_path, monkeypatch):
-    from optimizers import plugin_discovery as plugins
+    from optimizer_plugins import plugin_discovery as plugins
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     # the app registers the plugins folder and exports it: undo both after the test
@@ -189,7 +189,7 @@ def test_keras3_answer():
 def test_the_template_plugin_passes_the_contract_and_accumulates():
     """The own-optimizer lesson's template: every contract item passes, and k = 2 micro-steps
     with gradients g1, g2 equal one SGD step on their mean (the second step applies)."""
-    from optimizers import plugin_discovery as plugins
+    from optimizer_plugins import plugin_discovery as plugins
 
     report = plugins.check_file(ROOT / "plugins" / "template_optimizer.py", register=False)
     assert report.error is None and [c.name for c in report.classes] == ["AccumulatedSGD"]
@@ -358,7 +358,7 @@ def _claim_sparse_rows() -> list[float]:
 
 
 def _claim_template_contract() -> list[float]:
-    from optimizers import plugin_discovery as plugins
+    from optimizer_plugins import plugin_discovery as plugins
 
     report = plugins.check_file(ROOT / "plugins" / "template_optimizer.py", register=False)
     return [sum(not check.passed for cls in report.classes for check in cls.checks)]
