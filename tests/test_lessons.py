@@ -171,7 +171,8 @@ def test_every_builtin_optimizer_has_its_rule_and_pure_sources():
     from teaching import rule_math
 
     for name in ("adam", "adamw", "sgd", "rmsprop", "adagrad", "diffgrad", "accumulation",
-                 "lookahead"):
+                 "lookahead", "adadelta", "adamax", "ftrl", "nadam", "lion", "lamb", "adafactor",
+                 "muon", "schedule_free_adamw"):
         assert rule_math.rule_for(name) is not None, name
     sources = pure_rule_sources(registry.entry("adam").class_path)
     assert "adam_update" in sources and "Adam.update" in sources
@@ -385,6 +386,76 @@ def _claim_loss_scale_halves() -> list[float]:
     skipped = overflowing_step_row()
     assert bool(skipped["skipped"])
     return [skipped["loss_scale_before"], skipped["loss_scale_after"]]
+
+
+def _claim_lion_steps() -> list[float]:
+    from teaching import zoo_demos
+
+    ratios = zoo_demos.lion_step_lengths()
+    assert np.all(ratios == 1.0)  # every coordinate, every step: exactly the learning rate
+    return [float(ratios.min()), float(ratios.max())]
+
+
+def _claim_lion_zero_betas() -> list[float]:
+    from teaching import zoo_demos
+
+    d = zoo_demos.lion_derivatives()
+    assert d["d_beta_1"] == d["d_beta_2"] == 0.0 and d["d_lr"] != 0.0
+    return [d["d_beta_1"], d["d_beta_2"]]
+
+
+def _claim_lion_lr_from_signs() -> list[float]:
+    from teaching import zoo_demos
+
+    d = zoo_demos.lion_derivatives()
+    assert abs(d["d_lr"] - d["d_lr_from_signs"]) <= 1e-12 * abs(d["d_lr"])
+    return [d["d_lr"] / d["d_lr_from_signs"]]
+
+
+def _claim_adafactor_slots() -> list[float]:
+    from teaching import zoo_demos
+
+    sizes = zoo_demos.adafactor_slot_sizes()
+    assert sizes["r"] + sizes["c"] == number_in(lessons.get("adafactor").answer) == 512
+    return [sizes["r"], sizes["c"], sizes["v"]]
+
+
+def _claim_muon_singular_values() -> list[float]:
+    from teaching import zoo_demos
+
+    values = zoo_demos.muon_singular_values()
+    assert 0.5 < values.min() < values.max() < 1.3  # near 1, not exactly 1
+    return [float(values.min()), float(values.max())]
+
+
+def _claim_muon_update_rms() -> list[float]:
+    from teaching import zoo_demos
+
+    rms = zoo_demos.muon_update_rms()
+    assert 0.1 < rms <= 0.2  # about rms_rate: the singular values are a bit below 1
+    return [rms]
+
+
+def _claim_schedule_free_weights() -> list[float]:
+    from teaching import zoo_demos
+
+    weights = zoo_demos.schedule_free_average_weights()
+    assert all(w > 1 / t for t, w in enumerate(weights, start=1) if t > 1)  # above Keras's 1/t
+    return [weights[0], weights[1], weights[2], weights[9]]
+
+
+def _claim_schedule_free_live_mean() -> list[float]:
+    from teaching import conventions as cv
+
+    w, gradient = cv.problem()
+    state: dict = {}
+    zs = []
+    for t in range(1, 31):
+        w, state = cv.schedule_free_live(w, state, gradient(w, t), t, 0.01)
+        zs.append(state["z"])
+    gap = float(np.abs(w - np.mean(zs, axis=0)).max())
+    assert gap < 1e-12
+    return [gap]
 
 
 CLAIMS = {name[len("_claim_"):]: fn for name, fn in globals().items()
