@@ -19,7 +19,7 @@ from components.hyper_widgets import (default_index, default_value, hyper_widget
                                       schedule_widgets, slider_bounds)
 from components.train_actions import (SETUP_OF_RUN, live_config, on_hyper_change,
                                       on_schedule_change, on_start, setup_config)
-from optimizers import registry
+from optimizers import registry, slot_memory
 from schedules import preview as schedule_curves
 from optimizers.hyperparams import InvalidHyperparameter
 from settings import fields, share_link
@@ -181,7 +181,8 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
             state["optimizer"] = names[0]
         optimizer = st.selectbox("optimizer", names, key="optimizer",
                                  index=default_index("optimizer", names),
-                                 help=fields.help_text("optimizer"))
+                                 help=fields.help_text("optimizer") + "\n\n"
+                                 + slot_memory.help_table())
         if plugin_loader.check_running() or not device_list.device_names().final:
             background_note()
         options = option_widgets(registry.option_defaults(optimizer),

@@ -196,6 +196,9 @@ class Muon(RuleOptimizer):
 
     Hyper-gradients: every hyperparameter has one; the Frobenius norm uses the finite-derivative
     square root. `muon_a`, `muon_b`, `muon_c` reach the loss through the iteration's polynomial.
+    Measured on the hyper-gradient test model (float64, 20 steps, ns_steps 2): forward = reverse
+    to 1e-10 and = finite differences to 1e-5 for all 12 (tests/test_keras3_algorithms.py
+    follows five of them, one per role).
 
     Slots: `MuonSlots` (`m`, `v`; `v` a scalar placeholder on Muon variables).
 

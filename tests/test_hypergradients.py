@@ -90,7 +90,12 @@ def run_forward(model, opt, tensors, batches):
     return trainer, start
 
 
-@pytest.mark.parametrize("case", list(CASES))
+# Checked with tighter tolerances in tests/test_keras3_algorithms.py (not twice: each costs
+# minutes of forward-mode compilation on a loaded machine).
+KERAS3_CHECKED = {"muon", "schedule_free_adamw"}
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c not in KERAS3_CHECKED])
 def test_forward_equals_reverse_and_finite_differences(case):
     model, opt, (xt, yt, xv, yv), batches = make_problem(case)
     trainer, start = run_forward(model, opt, (xt, yt, xv, yv), batches)
