@@ -3,7 +3,6 @@ its OptimizerV2 adapter."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -12,6 +11,7 @@ import tf_keras
 
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 from optimizers.base import RuleOptimizer
+from optimizers.routing import muon_route
 from optimizers.rules import keras_epsilon, safe_sqrt
 
 # Keras 3.15 divides by (||X||_F + 1e-7) before the iteration; a fixed constant, not epsilon.
@@ -40,20 +40,11 @@ def variable_path(var: Any) -> str:
 
 def routes_to_adamw(var: Any, exclude_embeddings: bool = True,
                     exclude_layers: Sequence[str] = ()) -> bool:
-    """True when Keras 3.15's Muon sends `var` to its AdamW step, False for the Muon step.
-
-    Keras's rule (measured and read from its documentation): every variable that is not 2-D
-    goes to AdamW; a 2-D one goes to AdamW when `exclude_embeddings` and its path contains
-    "embedding" (any case), or when one of the regular expressions `exclude_layers` matches its
-    path (`re.search`). Every other 2-D variable takes the Muon step, the output layer's kernel
-    included (Keras's docstring advises excluding it; its default does not).
-    """
-    if var.shape.rank != 2:
-        return True
-    path = variable_path(var)
-    if exclude_embeddings and "embedding" in path.lower():
-        return True
-    return any(re.search(pattern, path) for pattern in exclude_layers)
+    """True when Keras 3.15's Muon sends `var` to its AdamW step (`routing.muon_route`: every
+    variable that is not 2-D, 2-D ones named "...embedding..." or matched by `exclude_layers`),
+    False for the Muon step (every other 2-D variable, the output layer's kernel included)."""
+    return muon_route(var.shape.rank, variable_path(var), exclude_embeddings,
+                      exclude_layers) == "adamw"
 
 
 def muon_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, tf.Tensor]:

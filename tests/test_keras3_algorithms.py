@@ -376,3 +376,17 @@ def test_the_pickers_slot_memory_table_is_what_the_real_slots_take():
     measured = {name: slot_memory.measure(name) for name in registry.names()}
     assert measured == slot_memory.BYTES_PER_PARAMETER
     assert "`muon`: 4.02 bytes/parameter" in slot_memory.help_table()
+
+
+def test_the_run_records_muons_routing_per_variable_for_the_slots_view():
+    from optimizers.routing import ROUTES_KEY
+    from runs.process.run_loop import _slot_routes
+    import tf_keras
+
+    model = tf_keras.Sequential([tf_keras.layers.Embedding(8, 3, name="embedding"),
+                                 tf_keras.layers.Dense(4, name="dense_1")])
+    model.build((None, 2))
+    routes = _slot_routes(registry.create("muon"), model.trainable_variables)
+    assert routes == {ROUTES_KEY: {"embedding/embeddings": "adamw", "dense_1/kernel": "muon",
+                                   "dense_1/bias": "adamw"}}
+    assert _slot_routes(registry.create("adam"), model.trainable_variables) == {}
