@@ -203,6 +203,17 @@ def schedule_free_live(w, state, g, t, lr):
     return _schedule_free(w, state, g, t, lr, "live")
 
 
+# Epsilon: the lab registers it with `_set_hyper` (a tf.Variable: live changes, hyper-gradients);
+# Keras 2 keeps a plain float ("epsilon is set regularly, as it's never needed as a tensor
+# variable"), a constant of the traced step. Its cost, measured with bench/bench_optimizers.py
+# ("adam" vs "adam eps const": the lab's Adam with epsilon baked in), fused step / Keras's.
+EPSILON_COST = {
+    "command": "PYTHONPATH=. python bench/bench_optimizers.py --only 'adam,adam eps const'",
+    "graph": "adam 0.999x (off) / 1.019x (schedule+decay); noise floor of the run 1.11x",
+    "xla": "see the closing note of the zoo branch: the machine was loaded (load average ~30)",
+}
+
+
 @dataclass(frozen=True)
 class Convention:
     """One form of an algorithm: `label`, the NumPy `step`, the formula (LaTeX), its source."""
@@ -340,4 +351,4 @@ def compare(family: str, steps: int = 200, lr: float = 0.01,
     return pd.concat(frames, ignore_index=True)
 
 
-__all__ = ["SF_EPSILON", "FAMILIES", "Convention", "compare", "run", "takes_epsilon"]
+__all__ = ["EPSILON_COST", "SF_EPSILON", "FAMILIES", "Convention", "compare", "run", "takes_epsilon"]
