@@ -390,3 +390,25 @@ def test_the_run_records_muons_routing_per_variable_for_the_slots_view():
     assert routes == {ROUTES_KEY: {"embedding/embeddings": "adamw", "dense_1/kernel": "muon",
                                    "dense_1/bias": "adamw"}}
     assert _slot_routes(registry.create("adam"), model.trainable_variables) == {}
+
+
+def test_schedule_free_keras3_compat_makes_beta_1_cancel_out():
+    """With x_old rebuilt from the updated z, y_new = (1 - 1/t) y + z_new / t: the derivative
+    of a step in beta_1 is 0 up to rounding (float64), where the paper form's is not."""
+    rng = np.random.default_rng(1)
+    var, grad = tf.constant(rng.normal(size=(4, 3))), tf.constant(rng.normal(size=(4, 3)))
+    z = var + tf.constant(rng.normal(size=(4, 3)))
+    derivatives = {}
+    for compat in (True, False):
+        rule = registry.create("schedule_free_adamw", {"learning_rate": 0.1},
+                               {"keras3_tf_compat": compat})
+        hypers = {k: tf.constant(v, tf.float64) for k, v in rule.hyper_values().items()}
+        slots = {"z": z, "v": tf.fill((4, 3), tf.constant(0.5, tf.float64)),
+                 "weight_sum": tf.constant(0.01, tf.float64)}
+        with tf.GradientTape() as tape:
+            tape.watch(hypers["beta_1"])
+            new_var, _ = rule.update(grad, var, slots,
+                                     rule.coefficients(hypers, tf.constant(3.0, tf.float64)))
+            total = tf.reduce_sum(new_var)
+        derivatives[compat] = float(tape.gradient(total, hypers["beta_1"]))
+    assert abs(derivatives[True]) < 1e-12 < 1e-3 < abs(derivatives[False]), derivatives
