@@ -19,25 +19,31 @@ BYTES_PER_PARAMETER: dict[str, float] = {
 }
 
 
-def measure(name: str, digits: int = 2) -> float:
-    """Slot bytes per parameter of registry optimizer `name` (default options) on the default
-    MLP, rounded to `digits` decimals. Imports TensorFlow.
+def default_variables() -> list:
+    """The default MLP's trainable variables (64-256-256-10, float32; TensorFlow)."""
+    import tf_keras
+
+    model = tf_keras.Sequential([tf_keras.layers.Dense(256, activation="relu"),
+                                 tf_keras.layers.Dense(256, activation="relu"),
+                                 tf_keras.layers.Dense(10)])
+    model.build((None, 64))
+    return list(model.trainable_variables)
+
+
+def measure(name: str, variables: list | None = None, digits: int = 2) -> float:
+    """Slot bytes per parameter of registry optimizer `name` (default options) on `variables`
+    (default: `default_variables()`; one step with zero gradients is applied to them: weight
+    decay moves them a little), rounded to `digits` decimals. Imports TensorFlow.
 
     Raises:
         KeyError: unknown name.
     """
     import numpy as np
     import tensorflow as tf
-    import tf_keras
 
     from optimizers import registry
 
-    tf_keras.utils.set_random_seed(0)
-    model = tf_keras.Sequential([tf_keras.layers.Dense(256, activation="relu"),
-                                 tf_keras.layers.Dense(256, activation="relu"),
-                                 tf_keras.layers.Dense(10)])
-    model.build((None, 64))
-    variables = model.trainable_variables
+    variables = default_variables() if variables is None else variables
     opt = registry.create(name)
     # one real step with zero gradients: exactly the slots training creates (a wrapper's inner
     # optimizer's too, where it keeps its own)
@@ -62,4 +68,4 @@ def help_table() -> str:
             + "\n".join(lines))
 
 
-__all__ = ["BYTES_PER_PARAMETER", "help_table", "measure"]
+__all__ = ["BYTES_PER_PARAMETER", "default_variables", "help_table", "measure"]

@@ -373,7 +373,8 @@ def test_the_pickers_slot_memory_table_is_what_the_real_slots_take():
     from optimizers import slot_memory
 
     assert set(slot_memory.BYTES_PER_PARAMETER) == set(registry.names())
-    measured = {name: slot_memory.measure(name) for name in registry.names()}
+    variables = slot_memory.default_variables()  # one model: slot bytes do not depend on values
+    measured = {name: slot_memory.measure(name, variables) for name in registry.names()}
     assert measured == slot_memory.BYTES_PER_PARAMETER
     assert "`muon`: 4.02 bytes/parameter" in slot_memory.help_table()
 
@@ -411,4 +412,4 @@ def test_schedule_free_keras3_compat_makes_beta_1_cancel_out():
                                      rule.coefficients(hypers, tf.constant(3.0, tf.float64)))
             total = tf.reduce_sum(new_var)
         derivatives[compat] = float(tape.gradient(total, hypers["beta_1"]))
-    assert abs(derivatives[True]) < 1e-12 < 1e-3 < abs(derivatives[False]), derivatives
+    assert abs(derivatives[True]) < 1e-12 < 1e-5 < abs(derivatives[False]), derivatives
