@@ -232,7 +232,13 @@ class ScheduleFreeAdamW(RuleOptimizer):
 
     def eval_weights(self, variables: list[tf.Variable]) -> list[tf.Tensor]:
         """x for every variable in `variables` (`eval_point` with the current beta_1): the
-        weights to evaluate on. A variable without slots yet is its own x (z = y)."""
+        weights to evaluate on. A variable without slots yet is its own x (z = y).
+
+        With `keras3_tf_compat` the variables themselves, as Keras 3 evaluates them: there y
+        is already the running mean of the z iterates, and the x its step computes is an
+        intermediate with no meaning of its own."""
+        if self.keras3_tf_compat:
+            return [tf.convert_to_tensor(var) for var in variables]
         beta_1 = None
         out = []
         for var in variables:

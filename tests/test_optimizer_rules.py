@@ -59,7 +59,7 @@ VARIANTS = [
      {"learning_rate": 0.02, "momentum": 0.5, "rms_rate": 0.5}),
     ("schedule-free", "schedule_free_adamw", {}, {"learning_rate": 0.01, "weight_decay": 0.1}),
     ("schedule-free-warmup", "schedule_free_adamw", {"warmup_steps": 4},
-     {"learning_rate": 0.05, "beta_1": 0.5}),
+     {"learning_rate": 0.05, "beta_2": 0.99}),
     ("schedule-free-keras3", "schedule_free_adamw", {"keras3_tf_compat": True},
      {"learning_rate": 0.01, "weight_decay": 0.1}),
 ]
