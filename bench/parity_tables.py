@@ -7,7 +7,8 @@
 2. The twin vs the Keras 3 built-in of the same algorithm (SGD, Adam, RMSprop, Adagrad, AdamW),
    weights only (the built-ins name their slots differently), same problem and batches. These
    differences are conventions, not bugs: see the notes column.
-3. The conventions of `teaching.conventions`: max |w - w_first convention| after N steps.
+3. The lab's classes of Keras 3's newer algorithms vs `keras.optimizers` (`teaching.keras3_parity`).
+4. The conventions of `teaching.conventions`: max |w - w_first convention| after N steps.
 
     PYTHONPATH=. python bench/parity_tables.py [--steps 20] [--convention-steps 20,200,1000]
 """
@@ -23,7 +24,7 @@ import tensorflow as tf
 
 from optimizers import registry
 from optimizers.keras3_twin import RuleTwin
-from teaching import conventions, migration, plugin_migration
+from teaching import conventions, keras3_parity, migration, plugin_migration
 
 DTYPES = (tf.float32, tf.float64)
 CASES = [  # (label, registry name, hyperparameters, options)
@@ -37,6 +38,11 @@ CASES = [  # (label, registry name, hyperparameters, options)
     ("adagrad", "adagrad", {"learning_rate": 0.1}, {}),
     ("diffgrad", "diffgrad", {"learning_rate": 0.01}, {}),
     ("accumulation(adam)", "accumulation", {"learning_rate": 0.01}, {"inner": "adam"}),
+    ("lion", "lion", {"learning_rate": 0.01, "weight_decay": 0.1}, {}),
+    ("lamb", "lamb", {"learning_rate": 0.01, "weight_decay": 0.1}, {}),
+    ("adafactor", "adafactor", {"learning_rate": 0.01}, {}),
+    ("muon", "muon", {"learning_rate": 0.01}, {}),
+    ("schedule_free_adamw", "schedule_free_adamw", {"learning_rate": 0.01}, {}),
 ]
 # (label, lab name, lab hypers, lab options, Keras 3 built-in factory, note)
 BUILTINS = [
@@ -113,6 +119,17 @@ def builtin_table(steps: int) -> list[str]:
     return lines
 
 
+def keras3_builtin_table(steps: int) -> list[str]:
+    lines = [f"### Keras 3's newer algorithms: lab class vs keras.optimizers built-in, {steps} "
+             "dense float32 steps", "",
+             "| algorithm | max weight diff | max slot diff | <= 1e-6 | note |",
+             "|---|---|---|---|---|"]
+    for _, r in keras3_parity.table(steps).iterrows():
+        lines.append(f"| {r['algorithm']} | {r['max_weight_difference']:.3g} | "
+                     f"{r['max_slot_difference']:.3g} | {r['within_1e-6']} | {r['note']} |")
+    return lines
+
+
 def convention_table(steps_list: list[int]) -> list[str]:
     header = " | ".join(f"after {n}" for n in steps_list)
     lines = ["### Conventions: max |w - w(first convention)| over 8 weights (lr 0.01, float64)",
@@ -140,7 +157,7 @@ def main() -> None:
     convention_steps = [int(n) for n in args.convention_steps.split(",")]
     print(f"tensorflow {tf.__version__}, keras {keras.__version__}\n")
     for section in (twin_table(args.steps), builtin_table(args.steps),
-                    convention_table(convention_steps)):
+                    keras3_builtin_table(args.steps), convention_table(convention_steps)):
         print("\n".join(section) + "\n")
 
 

@@ -20,7 +20,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import streamlit as st
 
-from optimizers import plugin_process, plugin_discovery as plugins
+from optimizer_plugins import plugin_process, plugin_discovery as plugins
 
 
 # One background check per (folder, limits) per server process: the child imports TensorFlow

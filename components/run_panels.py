@@ -17,6 +17,7 @@ from components.charts import chart
 from components import inspect_figures
 from components import rule_view
 from schedules import preview as schedule_curves, table as schedule_specs
+from optimizers.routing import ROUTES_KEY
 from runs.store.run_store import RunStore
 from components.figures import DISPLAY_POINTS, HEATMAP_STEPS
 
@@ -114,6 +115,11 @@ def slots_tab(store: RunStore, run: dict[str, Any], live: bool = False) -> None:
                                        uirevision=f"{rid}-{variable}-{slot}"), f"heat_{rid}",
           live)
     st.caption(slot_caption(run["config"]["optimizer"], slots))
+    routes = (run.get("optimizer_config") or {}).get(ROUTES_KEY)
+    if isinstance(routes, dict) and routes:  # Muon: which step each variable takes
+        st.caption("Routing (Keras 3's rule): " + ", ".join(
+            f"`{name}` -> **{step}**" for name, step in routes.items())
+            + ". A Muon variable keeps only `m` (its `v` is a scalar placeholder).")
     with st.expander(f"{run['config']['optimizer']}: the update rule these slots come from"):
         rule_view.show(run["config"]["optimizer"], key=f"slots_rule_{rid}", sources=False)
 
@@ -147,9 +153,11 @@ def recorded_hyper_kinds(run: dict[str, Any]) -> list[dict] | None:
 
 
 def optimizer_config_shown(run: dict[str, Any]) -> dict[str, Any]:
-    """`get_config()` as recorded, without the kinds table (it is shown as a table)."""
+    """`get_config()` as recorded, without the kinds table (it is shown as a table) and
+    Muon's routing (shown in the Slots view)."""
     config = dict(run.get("optimizer_config") or {})
     config.pop(HYPER_KINDS_CONFIG_KEY, None)
+    config.pop(ROUTES_KEY, None)
     return config
 
 

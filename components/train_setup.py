@@ -21,7 +21,7 @@ from components.hyper_widgets import (default_index, default_value, hyper_widget
 from components.train_actions import (FROM_NOW, FROM_ZERO, SCHEDULE_START, SETUP_OF_RUN,
                                       live_config, live_run_followed, on_hyper_change,
                                       on_schedule_change, on_start, setup_config)
-from optimizers import registry
+from optimizers import registry, slot_memory
 from schedules import preview as schedule_curves
 from schedules import table as schedule_specs
 from optimizers.hyperparams import InvalidHyperparameter
@@ -206,7 +206,8 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
             state["optimizer"] = names[0]
         optimizer = st.selectbox("optimizer", names, key="optimizer",
                                  index=default_index("optimizer", names),
-                                 help=fields.help_text("optimizer"))
+                                 help=fields.help_text("optimizer") + "\n\n"
+                                 + slot_memory.help_table())
         if plugin_loader.check_running() or not device_list.device_names().final:
             background_note()
         options = option_widgets(registry.option_defaults(optimizer),

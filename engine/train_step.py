@@ -43,6 +43,7 @@ from schedules.live import LiveSchedule
 from engine import recording
 from settings.run_config import RunConfig
 from engine.data import load_dataset
+from engine.eval_point import at_eval_point
 from engine.models import build_model
 
 
@@ -292,6 +293,10 @@ class Engine:
             return self._eval_body()
 
     def _eval_body(self) -> tuple[tf.Tensor, tf.Tensor]:
+        # a schedule-free optimizer is evaluated at its average x (engine.eval_point)
+        return at_eval_point(self.variables, self.optimizer, self._eval_here)
+
+    def _eval_here(self) -> tuple[tf.Tensor, tf.Tensor]:
         logits = self.model(self.x_val, training=False)
         predicted = tf.argmax(logits, axis=-1, output_type=tf.int32)
         accuracy = tf.reduce_mean(tf.cast(tf.equal(predicted, self.y_val), tf.float32))

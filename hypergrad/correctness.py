@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="JSON serialized schedule {class_name, config} or null")
     parser.add_argument("--decay", type=float, default=0.0, help="legacy decay, >= 0")
     args = parser.parse_args(argv)
-    from optimizers import plugin_discovery as plugins
+    from optimizer_plugins import plugin_discovery as plugins
 
     plugins.ensure_registered(args.optimizer)
     try:

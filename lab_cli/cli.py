@@ -329,7 +329,8 @@ def load_plugins_for(argv: Sequence[str]) -> list[str]:
     """
     import os
 
-    from optimizers import plugin_discovery as plugins, registry
+    from optimizer_plugins import plugin_discovery as plugins
+    from optimizers import registry
 
     name = requested_optimizer(argv)
     if name is None or name in registry.OPTIMIZERS:

@@ -12,7 +12,7 @@ attributes from this table (`own_specs`, `option_names`); tests/test_tf_free_ser
 that every class agrees with its entry (specs with every option combination, constructor
 defaults, wrapper composition, Keras registered name).
 
-Plugins add entries too: the plugin check process (`optimizers.plugin_process`) reports a
+Plugins add entries too: the plugin check process (`optimizer_plugins.plugin_process`) reports a
 passing plugin's specs, options and `is_rule` as JSON (`CatalogEntry.to_data`), and the server
 registers `CatalogEntry.from_data(...)` without importing the plugin file.
 
@@ -29,6 +29,7 @@ from collections.abc import Mapping
 
 from optimizers.hyperparams import (BETA_1, BETA_2, EPSILON, LEARNING_RATE, MOMENTUM,
                                     HyperSpec, InvalidHyperparameter)
+from optimizers.specs_keras3 import MUON_SPECS, SCHEDULE_FREE_SPECS
 
 KERAS_PACKAGE = "OptimizerLab"  # register_keras_serializable(package=...) of the built-ins
 PLUGIN_PREFIX = "plugin:"  # class_path of a plugin: "plugin:/abs/file.py:ClassName"
@@ -331,6 +332,12 @@ BUILTINS: dict[str, CatalogEntry] = {entry.name: entry for entry in (
     _builtin("adafactor", "adafactor", "Adafactor",
              (LEARNING_RATE, BETA_2_DECAY, EPSILON_1, EPSILON_2, CLIP_THRESHOLD),
              (("relative_step", True),)),
+    _builtin("muon", "muon", "Muon", MUON_SPECS,
+             (("nesterov", True), ("ns_steps", 5), ("exclude_embeddings", True)),
+             ranges=(("ns_steps", OptionRange(0, 100, "an int in [0, 100]")),)),
+    _builtin("schedule_free_adamw", "schedule_free", "ScheduleFreeAdamW", SCHEDULE_FREE_SPECS,
+             (("warmup_steps", 0), ("keras3_tf_compat", False)),
+             ranges=(("warmup_steps", OptionRange(0, 1_000_000, "an int in [0, 1000000]")),)),
 )}
 
 

@@ -19,6 +19,16 @@ the 1-based step; `lr` may change between steps). The families:
   `w -= wd * w` (TensorFlow Addons' DecoupledWeightDecayExtension) vs the schedule multiplier
   eta_t of Loshchilov & Hutter 2019 (arXiv:1711.05101, Algorithm 2, as keras-adamw implements it):
   `w -= eta_t * (lr * adam_direction + wd * w)`.
+* Nadam's momentum schedule: mu_t = beta_1 (1 - 0.5 * 0.96**(t/250)) in Dozat 2016 (sec. 3,
+  Algorithm 2) and Keras 2 (`schedule_decay` = 0.004 = 1/250) vs mu_t = beta_1 (1 - 0.5 *
+  0.96**t) in Keras 3.15 (no 0.004): Keras 3's momentum reaches beta_1 within ~100 steps,
+  Dozat's starts near beta_1 / 2 and needs thousands.
+* Adamax's epsilon: Keras 2 and 3 divide by (u + eps); PyTorch folds it into the max,
+  u = max(beta_2 u, |g| + eps); the paper (Kingma & Ba 2015, Algorithm 2) has none.
+* Schedule-free AdamW: the paper's Algorithm 1 (Defazio et al. 2024, arXiv:2405.15682) vs
+  Keras 3.15's formula with a snapshot of z (what `read_value()` would give) vs Keras 3.15 on
+  TensorFlow, where `momentum.value` is a live reference, so x_old is rebuilt from the
+  already-updated z and y becomes the running mean of the z iterates. The weights w are y.
 """
 
 from __future__ import annotations
@@ -108,6 +118,105 @@ def adamw_eta(w, state, g, t, lr, wd=0.1, eta=1.0):
     return w - eta * (direction + wd * w), {"m": m, "v": v}
 
 
+def _nadam(w, state, g, t, lr, exponent_scale, eps=EPSILON):
+    """Nadam (Dozat 2016, Algorithm 2) with mu_t = b1 (1 - 0.5 * 0.96**(exponent_scale t))."""
+    mu = lambda step: BETA_1 * (1 - 0.5 * 0.96 ** (exponent_scale * step))  # noqa: E731
+    m, v = _moments(state, g)
+    product = state.get("product", 1.0) * mu(t)
+    m_hat = (mu(t + 1) * m / (1 - product * mu(t + 1)) + (1 - mu(t)) * g / (1 - product))
+    v_hat = v / (1 - BETA_2 ** t)
+    return w - lr * m_hat / (np.sqrt(v_hat) + eps), {"m": m, "v": v, "product": product}
+
+
+def nadam_dozat(w, state, g, t, lr, eps=EPSILON):
+    """Dozat 2016 and Keras 2 (schedule_decay 0.004): mu_t = b1 (1 - 0.5 * 0.96**(t/250))."""
+    return _nadam(w, state, g, t, lr, 0.004, eps)
+
+
+def nadam_keras3(w, state, g, t, lr, eps=EPSILON):
+    """Keras 3.15: mu_t = b1 (1 - 0.5 * 0.96**t): the schedule is 250x faster."""
+    return _nadam(w, state, g, t, lr, 1.0, eps)
+
+
+def _adamax_moments(state: State, g: np.ndarray, eps: float = 0.0):
+    m = BETA_1 * state.get("m", 0.0) + (1 - BETA_1) * g
+    u = np.maximum(BETA_2 * state.get("u", 0.0), np.abs(g) + eps)
+    return m, u
+
+
+def adamax_keras(w, state, g, t, lr, eps=EPSILON):
+    """Keras 2 (ResourceApplyAdaMax) and 3: w -= lr / (1 - b1^t) * m / (u + eps)."""
+    m, u = _adamax_moments(state, g)
+    return w - lr / (1 - BETA_1 ** t) * m / (u + eps), {"m": m, "u": u}
+
+
+def adamax_pytorch(w, state, g, t, lr, eps=EPSILON):
+    """torch.optim.Adamax: u = max(b2 u, |g| + eps); w -= lr / (1 - b1^t) * m / u."""
+    m, u = _adamax_moments(state, g, eps)
+    return w - lr / (1 - BETA_1 ** t) * m / u, {"m": m, "u": u}
+
+
+def adamax_paper(w, state, g, t, lr, eps=EPSILON):
+    """Kingma & Ba 2015, Algorithm 2: w -= lr / (1 - b1^t) * m / u (no epsilon; u > 0 here,
+    the problem's gradients are never exactly 0). `eps` is accepted and unused."""
+    del eps
+    m, u = _adamax_moments(state, g)
+    return w - lr / (1 - BETA_1 ** t) * m / u, {"m": m, "u": u}
+
+
+SF_EPSILON = 1e-8
+
+
+def _schedule_free(w, state, g, t, lr, form):
+    """Schedule-free AdamW on y = `w` (no weight decay, no warm-up): `form` is "paper",
+    "snapshot" or "live" (see the module docstring)."""
+    z = state.get("z", w)  # z starts at the weights
+    v = state.get("v", 0.0)
+    if form == "paper":
+        x = (w - (1 - BETA_1) * z) / BETA_1
+        v = BETA_2 * v + (1 - BETA_2) * g * g
+        gamma = lr * np.sqrt(1 - BETA_2 ** t)
+        z_new = z - gamma * g / (np.sqrt(v) + SF_EPSILON)
+        total = state.get("total", 0.0) + gamma * gamma
+        c = gamma * gamma / total
+        x = (1 - c) * x + c * z_new
+        return (1 - BETA_1) * z_new + BETA_1 * x, {"z": z_new, "v": v, "total": total}
+    v = v + (g * g - v) * (1 - BETA_2)
+    z_new = z - lr * g / (np.sqrt(v / (1 - BETA_2 ** t)) + SF_EPSILON)
+    x = (w - (1 - BETA_1) * (z_new if form == "live" else z)) / BETA_1
+    x = (1 - 1 / t) * x + (1 / t) * z_new
+    return (1 - BETA_1) * z_new + BETA_1 * x, {"z": z_new, "v": v}
+
+
+def schedule_free_paper(w, state, g, t, lr):
+    """Algorithm 1: x_old from the z before the step; c = gamma_t^2 / sum gamma_i^2."""
+    return _schedule_free(w, state, g, t, lr, "paper")
+
+
+def schedule_free_snapshot(w, state, g, t, lr):
+    """Keras 3.15's formula with z_old a copy (`read_value()`): 1/t weights, eps outside."""
+    return _schedule_free(w, state, g, t, lr, "snapshot")
+
+
+def schedule_free_live(w, state, g, t, lr):
+    """Keras 3.15 on TensorFlow: `momentum.value` is the variable, read after `assign_sub`."""
+    return _schedule_free(w, state, g, t, lr, "live")
+
+
+# Epsilon: the lab registers it with `_set_hyper` (a tf.Variable: live changes, hyper-gradients);
+# Keras 2 keeps a plain float ("epsilon is set regularly, as it's never needed as a tensor
+# variable"), a constant of the traced step. Its cost, measured with bench/bench_optimizers.py
+# ("adam" vs "adam eps const": the lab's Adam with epsilon baked in), fused step / Keras's.
+EPSILON_COST = {
+    "command": "PYTHONPATH=. python bench/bench_optimizers.py --only 'adam,adam eps const'",
+    "graph": "fused/Keras: adam 0.999x (float lr), 1.019x (schedule + decay); epsilon baked in "
+             "1.067x, 1.082x: no gain within the run's noise floor (control 1.11x, a loaded "
+             "2-core machine)",
+    "xla": "not measured in this round (the loaded machine did not reach the XLA rows); "
+           "earlier: 0.996-1.019x for the lab's optimizers overall",
+}
+
+
 @dataclass(frozen=True)
 class Convention:
     """One form of an algorithm: `label`, the NumPy `step`, the formula (LaTeX), its source."""
@@ -150,6 +259,39 @@ FAMILIES: dict[str, tuple[Convention, ...]] = {
         Convention("schedule multiplier eta_t (paper, keras-adamw)", adamw_eta,
                    r"w \mathrel{-}= \eta_t(\alpha\,\hat m/(\sqrt{\hat v}+\epsilon)+\lambda w)",
                    "Loshchilov & Hutter 2019, Algorithm 2"),
+    ),
+    "Nadam momentum schedule": (
+        Convention("Dozat 2016 = Keras 2 (0.96**(t/250))", nadam_dozat,
+                   r"\mu_t = \beta_1\left(1 - \tfrac12\, 0.96^{t/250}\right)",
+                   "Dozat 2016, Algorithm 2; tf_keras legacy Nadam (schedule_decay 0.004)"),
+        Convention("Keras 3 (0.96**t)", nadam_keras3,
+                   r"\mu_t = \beta_1\left(1 - \tfrac12\, 0.96^{t}\right)",
+                   "keras.optimizers.Nadam (3.15)"),
+    ),
+    "Adamax epsilon": (
+        Convention("Keras 2 and 3: m / (u + eps)", adamax_keras,
+                   r"w \mathrel{-}= \frac{\eta}{1-\beta_1^t}\frac{m_t}{u_t+\epsilon}",
+                   "tf.raw_ops.ResourceApplyAdaMax; keras.optimizers.Adamax"),
+        Convention("PyTorch: eps inside the max", adamax_pytorch,
+                   r"u_t = \max(\beta_2 u_{t-1}, |g_t| + \epsilon),\ "
+                   r"w \mathrel{-}= \frac{\eta}{1-\beta_1^t}\frac{m_t}{u_t}",
+                   "torch.optim.Adamax"),
+        Convention("paper Algorithm 2: no eps", adamax_paper,
+                   r"w \mathrel{-}= \frac{\eta}{1-\beta_1^t}\frac{m_t}{u_t}",
+                   "Kingma & Ba 2015, Algorithm 2"),
+    ),
+    "Schedule-free AdamW (live reference vs snapshot)": (
+        Convention("paper Algorithm 1", schedule_free_paper,
+                   r"x_{t+1} = (1-c_{t+1})x_t + c_{t+1} z_{t+1},\ "
+                   r"c_{t+1} = \gamma_t^2/\textstyle\sum_i \gamma_i^2",
+                   "Defazio et al. 2024, arXiv:2405.15682, Algorithm 1"),
+        Convention("Keras 3 formula, z_old a snapshot (read_value)", schedule_free_snapshot,
+                   r"x_{old} = \frac{y - (1-\beta_1) z_{t}}{\beta_1},\ c = 1/t",
+                   "keras.optimizers.ScheduleFreeAdamW as written"),
+        Convention("Keras 3 on TensorFlow: z_old a live reference", schedule_free_live,
+                   r"x_{old} = \frac{y - (1-\beta_1) z_{t+1}}{\beta_1}"
+                   r"\ \Rightarrow\ y_{t+1} = (1-\tfrac1t) y_t + \tfrac1t z_{t+1}",
+                   "keras.optimizers.ScheduleFreeAdamW 3.15, TensorFlow backend (measured)"),
     ),
 }
 
@@ -212,4 +354,4 @@ def compare(family: str, steps: int = 200, lr: float = 0.01,
     return pd.concat(frames, ignore_index=True)
 
 
-__all__ = ["FAMILIES", "Convention", "compare", "run", "takes_epsilon"]
+__all__ = ["EPSILON_COST", "SF_EPSILON", "FAMILIES", "Convention", "compare", "run", "takes_epsilon"]

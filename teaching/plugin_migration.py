@@ -32,7 +32,8 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
-from optimizers import plugin_discovery as plugins, registry
+from optimizer_plugins import plugin_discovery as plugins
+from optimizers import registry
 from optimizers.base import DeclaredSlots, LegacyOptimizer, RuleOptimizer
 from teaching.migration import parity_of
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from lab_cli import cli
-from optimizers import plugin_discovery as plugins, registry
+from optimizer_plugins import plugin_discovery as plugins
+from optimizers import registry
 from settings.run_config import RunConfig
 from runs.io.export import export_config
 

@@ -48,7 +48,8 @@ def _registry_and_plugin_env_restored():
     so a later test sees only the built-in optimizers unless it loads plugins itself."""
     import os
 
-    from optimizers import plugin_discovery as plugins, registry
+    from optimizer_plugins import plugin_discovery as plugins
+    from optimizers import registry
 
     saved = registry.snapshot()  # imports no optimizer class
     env = {key: os.environ.get(key) for key in (plugins.ENV_VAR, plugins.LOADED_ENV_VAR)}

@@ -234,6 +234,71 @@ def adafactor(grad, var, slots, hypers, step, options):
     return var - alpha * u, new_slots
 
 
+def _newton_schulz(x, a, b, c, steps):
+    tall = x.shape[0] > x.shape[1]
+    x = x.T if tall else x
+    x = x / (np.sqrt(np.sum(x * x)) + x.dtype.type(1e-7))
+    for _ in range(steps):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    return x.T if tall else x
+
+
+def muon(grad, var, slots, hypers, step, options):
+    """Jordan et al. 2024 / Liu et al. 2025 as Keras 3.15 runs it. 2-D variables (not
+    "embedding": the caller passes `options["route"]`) take the Muon step: var -= var*wd*lr;
+    m = m + g + (mu - 1) m; d = g + mu m (nesterov) else m; var -= lr NS5(d) sqrt(max(r, c))
+    rms_rate, NS5: X = d/(|d|_F + 1e-7) (transposed when tall), 5 times X = aX + (bA + cA^2)X,
+    A = X X^T. Others: var -= var*adam_wd*lr, then Adam (epsilon-hat) with lr*adam_lr_ratio."""
+    h = _cast(var.dtype, hypers)
+    one = var.dtype.type(1)
+    t = var.dtype.type(step)
+    lr = h["learning_rate"]
+    if options.get("route", "muon" if var.ndim == 2 else "adamw") == "muon":
+        decayed = var - var * h["weight_decay"] * lr
+        m = slots["m"] + grad + (h["momentum"] - one) * slots["m"]
+        d = grad + h["momentum"] * m if options.get("nesterov", True) else m
+        o = _newton_schulz(d, h["muon_a"], h["muon_b"], h["muon_c"], options.get("ns_steps", 5))
+        scale = np.sqrt(var.dtype.type(max(var.shape))) * h["rms_rate"]
+        return decayed - lr * o * scale, {"m": m, "v": slots["v"]}
+    decayed = var - var * h["adam_weight_decay"] * lr
+    m = slots["m"] + (grad - slots["m"]) * (one - h["adam_beta_1"])
+    v = slots["v"] + (grad * grad - slots["v"]) * (one - h["adam_beta_2"])
+    alpha = lr * h["adam_lr_ratio"] * np.sqrt(one - h["adam_beta_2"] ** t) / (
+        one - h["adam_beta_1"] ** t)
+    return decayed - m * alpha / (np.sqrt(v) + h["epsilon"]), {"m": m, "v": v}
+
+
+def schedule_free_adamw(grad, var, slots, hypers, step, options):
+    """Defazio et al. 2024 (arXiv:2405.15682, Algorithm 1); `var` holds y. Paper form: x = (y -
+    (1-b1) z)/b1; v = b2 v + (1-b2) g^2; gamma = lr sqrt(1-b2^t) min(1, t/warmup); z -= gamma
+    g/(sqrt(v)+eps) + gamma wd y; S += gamma^2; c = gamma^2/S; x = (1-c) x + c z; y = (1-b1) z +
+    b1 x. `keras3_tf_compat`: y -= y wd lr first; v += (g^2 - v)(1-b2); z -= lr g/(sqrt(v/(1 -
+    b2^t)) + eps); x from the UPDATED z; c = 1/t."""
+    h = _cast(var.dtype, hypers)
+    one = var.dtype.type(1)
+    t = var.dtype.type(step)
+    b1, b2 = h["beta_1"], h["beta_2"]
+    warmup = options.get("warmup_steps", 0)
+    lr = h["learning_rate"] * (min(one, t / var.dtype.type(warmup)) if warmup else one)
+    z = slots["z"]
+    if options.get("keras3_tf_compat", False):
+        y = var - var * h["weight_decay"] * h["learning_rate"]
+        v = slots["v"] + (grad * grad - slots["v"]) * (one - b2)
+        z = z - lr * grad / (np.sqrt(v / (one - b2 ** t)) + h["epsilon"])
+        x = (y - (one - b1) * z) / b1
+        x = (one - one / t) * x + (one / t) * z
+        return (one - b1) * z + b1 * x, {"z": z, "v": v}
+    x = (var - (one - b1) * z) / b1
+    v = b2 * slots["v"] + (one - b2) * grad * grad
+    gamma = lr * np.sqrt(one - b2 ** t)
+    z = z - gamma * grad / (np.sqrt(v) + h["epsilon"]) - gamma * h["weight_decay"] * var
+    weight_sum = slots["weight_sum"] + gamma * gamma
+    c = gamma * gamma / weight_sum
+    x = (one - c) * x + c * z
+    return (one - b1) * z + b1 * x, {"z": z, "v": v, "weight_sum": weight_sum}
+
+
 REFERENCES = {
     "sgd": sgd,
     "adam": adam,
@@ -249,6 +314,8 @@ REFERENCES = {
     "lion": lion,
     "lamb": lamb,
     "adafactor": adafactor,
+    "muon": muon,
+    "schedule_free_adamw": schedule_free_adamw,
 }
 
 
@@ -273,6 +340,8 @@ def initial_slots(name, var, options):
         "adamax": ["m", "v"],
         "ftrl": ["linear"],
         "nadam": ["m", "v"],
+        "muon": ["m", "v"],
+        "schedule_free_adamw": ["v"],
     }[name]
     slots = {n: zeros() for n in names}
     if name == "adafactor":  # factored statistics for rank >= 2, scalar placeholders below
@@ -280,6 +349,12 @@ def initial_slots(name, var, options):
         slots = {"r": np.zeros(var.shape[:-1] if factored else (), var.dtype),
                  "c": np.zeros(var.shape[:-2] + var.shape[-1:] if factored else (), var.dtype),
                  "v": zeros()}
+    if name == "muon" and options.get("route", "muon" if var.ndim == 2 else "adamw") == "muon":
+        slots["v"] = np.zeros((), var.dtype)  # a Muon variable's placeholder
+    if name == "schedule_free_adamw":  # z starts at the weights; the paper form sums gamma**2
+        slots["z"] = var.copy()
+        if not options.get("keras3_tf_compat", False):
+            slots["weight_sum"] = np.zeros((), var.dtype)
     if name in ("adagrad", "ftrl"):
         slots["accumulator"] = np.full_like(var, options.get("initial_accumulator_value", 0.1))
     if name == "nadam":  # one scalar per variable: the running product of u_t, from 1

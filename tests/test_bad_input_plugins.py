@@ -1,4 +1,4 @@
-"""Broken plugin files (`optimizers.plugin_discovery`, the Plugins page): each one reported by name,
+"""Broken plugin files (`optimizer_plugins.plugin_discovery`, the Plugins page): each one reported by name,
 the others still load; a missing folder is one message.
 """
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from optimizers import contract, plugin_discovery as plugins, registry
+from optimizer_plugins import contract, plugin_discovery as plugins
+from optimizers import registry
 from settings.config_file import parse_config
 
 

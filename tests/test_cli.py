@@ -200,7 +200,8 @@ def test_bad_pool_size_process_exits_2_without_traceback(tmp_path):
 def test_the_command_line_loads_plugins_for_a_plugin_optimizer(tmp_path, monkeypatch, capsys,
                                                               request):
     from lab_cli import cli
-    from optimizers import plugin_discovery as plugins, registry
+    from optimizer_plugins import plugin_discovery as plugins
+    from optimizers import registry
 
     state = registry.snapshot()  # the plugins registered here are dropped afterwards
     request.addfinalizer(lambda: registry.restore(state))

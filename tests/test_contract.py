@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizers import contract, plugin_discovery as plugins, registry
+from optimizer_plugins import contract, plugin_discovery as plugins
+from optimizers import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plugins_broken"

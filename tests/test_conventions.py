@@ -11,10 +11,11 @@ from optimizers import registry
 from teaching import conventions as cv
 
 
-def lab_run(name: str, hypers: dict, steps: int, lr_change_at: int | None = None) -> np.ndarray:
+def lab_run(name: str, hypers: dict, steps: int, lr_change_at: int | None = None,
+            options: dict | None = None) -> np.ndarray:
     """The lab's optimizer on `cv.problem()` in float64 (hyperparameters live in float32)."""
     w0, gradient = cv.problem()
-    opt = registry.create(name, hypers)
+    opt = registry.create(name, hypers, options or {})
     var = tf.Variable(w0, dtype=tf.float64)
     out = []
     for t in range(1, steps + 1):
@@ -30,12 +31,35 @@ def lab_run(name: str, hypers: dict, steps: int, lr_change_at: int | None = None
     ("rmsprop", cv.rmsprop_outside, {"learning_rate": 0.01, "rho": 0.9}),
     ("sgd", cv.sgd_keras, {"learning_rate": 0.01, "momentum": 0.9}),
     ("adamw", cv.adamw_lr_scaled, {"learning_rate": 0.01, "weight_decay": 0.1}),
+    ("nadam", cv.nadam_dozat, {"learning_rate": 0.01}),
+    ("adamax", cv.adamax_keras, {"learning_rate": 0.01}),
+    ("schedule_free_adamw", cv.schedule_free_paper, {"learning_rate": 0.01, "epsilon": 1e-8}),
+    ("schedule_free_adamw-keras3", cv.schedule_free_live,
+     {"learning_rate": 0.01, "epsilon": 1e-8}),
 ])
 def test_keras_forms_equal_the_lab_optimizers(name, step, hypers):
     change = 25 if name == "sgd" else None
     ours = cv.run(step, 50, hypers["learning_rate"], lr_change_at=change)
+    options = {"keras3_tf_compat": True} if name.endswith("-keras3") else {}
+    lab = lab_run(name.split("-")[0], hypers, 50, change, options)
     # float32 hyperparameters (0.9 -> 0.89999998) bound the agreement at ~1e-7 relative
-    np.testing.assert_allclose(ours, lab_run(name, hypers, 50, change), rtol=2e-6, atol=5e-7)
+    np.testing.assert_allclose(ours, lab, rtol=2e-6, atol=5e-7)
+
+
+def test_schedule_free_on_tensorflow_makes_y_the_running_mean_of_z_and_drops_beta_1():
+    """The live reference: x_old from the updated z turns y_{t+1} = (1 - 1/t) y_t + z_{t+1}/t,
+    so y is the plain mean of z_2..z_{t+1}; the snapshot form is Keras's formula as written,
+    and both differ from the paper's Algorithm 1."""
+    w, gradient = cv.problem()
+    state: dict = {}
+    zs = []
+    for t in range(1, 31):
+        w, state = cv.schedule_free_live(w, state, gradient(w, t), t, 0.01)
+        zs.append(state["z"])
+    np.testing.assert_allclose(w, np.mean(zs, axis=0), rtol=1e-10)
+    table = cv.compare("Schedule-free AdamW (live reference vs snapshot)", steps=200)
+    final = table[table["step"] == 200].set_index("convention")["max_abs_difference"]
+    assert (final.iloc[1:] > 1e-3).all(), final
 
 
 def test_pytorch_adam_is_algorithm_1_and_keras_is_algorithm_1_with_epsilon_hat():

@@ -31,6 +31,8 @@ CASES = [  # (registry name, hyperparameters, options)
     ("adadelta", {"learning_rate": 1.0}, {}),
     ("adamax", {"learning_rate": 0.01}, {}),
     ("ftrl", {"learning_rate": 0.1, "l1_regularization_strength": 0.01}, {}),
+    ("muon", {"learning_rate": 0.01}, {}),  # routed per variable; scalar placeholder slots
+    ("schedule_free_adamw", {"learning_rate": 0.01}, {}),  # z starts at the weights
 ]
 # Not Nadam: its Keras 2 sparse update is a hybrid (every row's moments decay, only the batch's
 # rows move) that the twin's two sparse policies, lazy rows or densify, do not reproduce;

@@ -17,19 +17,20 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BELOW = {  # package -> the lab packages it may import (besides itself and lab_env)
     "optimizers": set(),
+    "optimizer_plugins": {"optimizers"},
     "schedules": {"optimizers"},
     "settings": {"schedules", "optimizers"},
     "engine": {"settings", "schedules", "optimizers"},
-    "hypergrad": {"engine", "settings", "schedules", "optimizers"},
-    "teaching": {"optimizers"},
-    "runs": {"hypergrad", "engine", "settings", "schedules", "optimizers"},
-    "lab_cli": {"runs", "settings", "schedules", "optimizers"},
+    "hypergrad": {"engine", "settings", "schedules", "optimizers", "optimizer_plugins"},
+    "teaching": {"optimizers", "optimizer_plugins"},
+    "runs": {"hypergrad", "engine", "settings", "schedules", "optimizers", "optimizer_plugins"},
+    "lab_cli": {"runs", "settings", "schedules", "optimizers", "optimizer_plugins"},
     "components": {"runs", "hypergrad", "teaching", "engine", "settings", "schedules",
-                   "optimizers"},
+                   "optimizers", "optimizer_plugins"},
     "views": {"components", "runs", "hypergrad", "teaching", "engine", "settings", "schedules",
-              "optimizers"},
+              "optimizers", "optimizer_plugins"},
 }
-NO_STREAMLIT = ("optimizers", "schedules", "settings", "engine", "hypergrad", "teaching", "runs",
+NO_STREAMLIT = ("optimizers", "optimizer_plugins", "schedules", "settings", "engine", "hypergrad", "teaching", "runs",
                 "lab_cli")
 
 

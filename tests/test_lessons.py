@@ -138,7 +138,7 @@ def test_adamw_answer():
 
 
 def test_the_app_opens_on_home_with_every_lesson(tmp_path, monkeypatch):
-    from optimizers import plugin_discovery as plugins
+    from optimizer_plugins import plugin_discovery as plugins
 
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     # the app registers the plugins folder and exports it: undo both after the test
@@ -172,7 +172,8 @@ def test_every_builtin_optimizer_has_its_rule_and_pure_sources():
     from teaching import rule_math
 
     for name in ("adam", "adamw", "sgd", "rmsprop", "adagrad", "diffgrad", "accumulation",
-                 "lookahead"):
+                 "lookahead", "adadelta", "adamax", "ftrl", "nadam", "lion", "lamb", "adafactor",
+                 "muon", "schedule_free_adamw"):
         assert rule_math.rule_for(name) is not None, name
     sources = pure_rule_sources(registry.entry("adam").class_path)
     assert "adam_update" in sources and "Adam.update" in sources
@@ -190,7 +191,7 @@ def test_keras3_answer():
 def test_the_template_plugin_passes_the_contract_and_accumulates():
     """The own-optimizer lesson's template: every contract item passes, and k = 2 micro-steps
     with gradients g1, g2 equal one SGD step on their mean (the second step applies)."""
-    from optimizers import plugin_discovery as plugins
+    from optimizer_plugins import plugin_discovery as plugins
 
     report = plugins.check_file(ROOT / "plugins" / "template_optimizer.py", register=False)
     assert report.error is None and [c.name for c in report.classes] == ["AccumulatedSGD"]
@@ -359,7 +360,7 @@ def _claim_sparse_rows() -> list[float]:
 
 
 def _claim_template_contract() -> list[float]:
-    from optimizers import plugin_discovery as plugins
+    from optimizer_plugins import plugin_discovery as plugins
 
     report = plugins.check_file(ROOT / "plugins" / "template_optimizer.py", register=False)
     return [sum(not check.passed for cls in report.classes for check in cls.checks)]
@@ -445,6 +446,74 @@ def test_edge_of_stability_answer():
         pytest.approx(number_in(lessons.get("edge_of_stability").answer))
     assert catalog.sharpness_threshold("sgd", {"momentum": 0.9}, {"nesterov": True}, 0.01) == \
         pytest.approx(136, abs=0.5)
+def _claim_lion_steps() -> list[float]:
+    from teaching import zoo_demos
+
+    ratios = zoo_demos.lion_step_lengths()
+    assert np.all(ratios == 1.0)  # every coordinate, every step: exactly the learning rate
+    return [float(ratios.min()), float(ratios.max())]
+
+
+def _claim_lion_zero_betas() -> list[float]:
+    from teaching import zoo_demos
+
+    d = zoo_demos.lion_derivatives()
+    assert d["d_beta_1"] == d["d_beta_2"] == 0.0 and d["d_lr"] != 0.0
+    return [d["d_beta_1"], d["d_beta_2"]]
+
+
+def _claim_lion_lr_from_signs() -> list[float]:
+    from teaching import zoo_demos
+
+    d = zoo_demos.lion_derivatives()
+    assert abs(d["d_lr"] - d["d_lr_from_signs"]) <= 1e-12 * abs(d["d_lr"])
+    return [d["d_lr"] / d["d_lr_from_signs"]]
+
+
+def _claim_adafactor_slots() -> list[float]:
+    from teaching import zoo_demos
+
+    sizes = zoo_demos.adafactor_slot_sizes()
+    assert sizes["r"] + sizes["c"] == number_in(lessons.get("adafactor").answer) == 512
+    return [sizes["r"], sizes["c"], sizes["v"]]
+
+
+def _claim_muon_singular_values() -> list[float]:
+    from teaching import zoo_demos
+
+    values = zoo_demos.muon_singular_values()
+    assert 0.5 < values.min() < values.max() < 1.3  # near 1, not exactly 1
+    return [float(values.min()), float(values.max())]
+
+
+def _claim_muon_update_rms() -> list[float]:
+    from teaching import zoo_demos
+
+    rms = zoo_demos.muon_update_rms()
+    assert 0.1 < rms <= 0.2  # about rms_rate: the singular values are a bit below 1
+    return [rms]
+
+
+def _claim_schedule_free_weights() -> list[float]:
+    from teaching import zoo_demos
+
+    weights = zoo_demos.schedule_free_average_weights()
+    assert all(w > 1 / t for t, w in enumerate(weights, start=1) if t > 1)  # above Keras's 1/t
+    return [weights[0], weights[1], weights[2], weights[9]]
+
+
+def _claim_schedule_free_live_mean() -> list[float]:
+    from teaching import conventions as cv
+
+    w, gradient = cv.problem()
+    state: dict = {}
+    zs = []
+    for t in range(1, 31):
+        w, state = cv.schedule_free_live(w, state, gradient(w, t), t, 0.01)
+        zs.append(state["z"])
+    gap = float(np.abs(w - np.mean(zs, axis=0)).max())
+    assert gap < 1e-12
+    return [gap]
 
 
 CLAIMS = {name[len("_claim_"):]: fn for name, fn in globals().items()

@@ -54,6 +54,14 @@ VARIANTS = [
     ("adafactor", "adafactor", {}, {"learning_rate": 0.01}),
     ("adafactor-absolute", "adafactor", {"relative_step": False},
      {"learning_rate": 0.5, "clip_threshold": 0.5}),
+    ("muon", "muon", {}, {"learning_rate": 0.01, "weight_decay": 0.1}),
+    ("muon-plain-momentum", "muon", {"nesterov": False, "ns_steps": 3},
+     {"learning_rate": 0.02, "momentum": 0.5, "rms_rate": 0.5}),
+    ("schedule-free", "schedule_free_adamw", {}, {"learning_rate": 0.01, "weight_decay": 0.1}),
+    ("schedule-free-warmup", "schedule_free_adamw", {"warmup_steps": 4},
+     {"learning_rate": 0.05, "beta_2": 0.99}),
+    ("schedule-free-keras3", "schedule_free_adamw", {"keras3_tf_compat": True},
+     {"learning_rate": 0.01, "weight_decay": 0.1}),
 ]
 VARIANT_PARAMS = [pytest.param(n, o, h, id=i) for i, n, o, h in VARIANTS]
 SHAPE = (3, 4)
@@ -228,7 +236,8 @@ ID_BATCHES = [[[1, 3], [3, 6]], [[0, 1], [1, 1]], [[6, 2], [2, 6]]]
 # accumulation and adafactor densify an IndexedSlices gradient (their docstrings say why);
 # Nadam decays every row's moments, as Keras 2's (tests/test_keras_drop_in.py)
 LAZY_PARAMS = [p for p in VARIANT_PARAMS
-               if p.values[0] not in ("accumulation", "adafactor", "nadam")]
+               if p.values[0] not in ("accumulation", "adafactor", "nadam", "muon",
+                                      "schedule_free_adamw")]
 
 
 @pytest.mark.parametrize("name,options,hypers", LAZY_PARAMS)

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 
-from optimizers import plugin_discovery as plugins
+from optimizer_plugins import plugin_discovery as plugins
 from teaching import plugin_migration as pm
 
 ROOT = Path(__file__).resolve().parents[1]

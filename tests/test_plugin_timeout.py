@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizers import plugin_process, plugin_discovery as plugins, registry
+from optimizer_plugins import plugin_process, plugin_discovery as plugins
+from optimizers import registry
 
 HANGS = "while True:\n    pass\n"
 EXITS = "import os\n\nos._exit(4)\n"

@@ -22,7 +22,8 @@ def isolated_registry():
     other test modules of the same session see the stock registry and environment."""
     import os
 
-    from optimizers import plugin_discovery as plugins, registry
+    from optimizer_plugins import plugin_discovery as plugins
+    from optimizers import registry
 
     saved = registry.snapshot()
     env = {name: os.environ.get(name) for name in (plugins.ENV_VAR, plugins.LOADED_ENV_VAR)}

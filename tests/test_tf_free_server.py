@@ -437,7 +437,8 @@ def test_a_plugin_is_registered_from_the_check_process_data_without_tensorflow(t
     shutil.copy(ROOT / "plugins" / "bad_optimizer.py", folder / "bad_optimizer.py")
     result = probe(f"""
         import sys
-        from optimizers import plugin_discovery as plugins, registry
+        from optimizer_plugins import plugin_discovery as plugins
+        from optimizers import registry
         reports = plugins.discover_bounded({str(folder)!r})
         notes = {{c.name: c.note for r in reports for c in r.classes}}
         specs = [s.name for s in registry.specs("adabelief")]
@@ -459,7 +460,7 @@ def test_a_plugin_is_registered_from_the_check_process_data_without_tensorflow(t
 
 
 def test_a_plugin_entry_imports_its_class_only_when_built(tmp_path):
-    from optimizers import plugin_discovery as plugins
+    from optimizer_plugins import plugin_discovery as plugins
 
     source = ROOT / "plugins" / "good_optimizer.py"
     entry = CatalogEntry("adabelief_lazy", plugins.class_path(source, "AdaBelief"), "AdaBelief",

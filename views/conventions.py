@@ -57,6 +57,26 @@ def page() -> None:
             same = twin_note(table, convention.label)
             st.caption(f"after {int(steps)} steps: loss {row['loss']:.4g}, max |w - w_first| "
                        f"{row['max_abs_difference']:.3g}{same}")
+    if family.startswith("Schedule-free"):
+        st.info("Why Keras 3.15 on TensorFlow differs: `momentum_old = momentum.value` is the "
+                "variable itself, not a copy (`read_value()` would copy), so after "
+                "`assign_sub(momentum, ...)` it reads the new z, x_old is rebuilt from it and "
+                "y_new = (1 - 1/t) y + z_new / t: beta_1 cancels out. The same lesson as Keras "
+                "2's `self.t_cur = 5` vs `_set_hyper`: whether a step holds a value or reads a "
+                "variable decides what it sees. The lab's `ScheduleFreeAdamW` follows the "
+                "paper; `keras3_tf_compat=True` reproduces Keras (tested to 1e-6).")
+    with st.expander("epsilon: a live `_set_hyper` in the lab, a plain float in Keras 2"):
+        st.markdown(
+            "Keras 2's Adam keeps `epsilon` as a Python float (\"it's never needed as a tensor "
+            "variable\"): the traced step bakes it in. The lab registers it with `_set_hyper`, "
+            "so it can be moved during a run without a retrace and differentiated "
+            "(d(val loss)/d(epsilon) on the Hyper-gradients page). The price is one more "
+            "variable read per step; measured with `bench/bench_optimizers.py` (\"adam\" vs "
+            "\"adam eps const\", the lab's Adam with epsilon baked in), step time over "
+            "Keras's fused step:")
+        st.table({"mode": ["graph", "XLA"], "measured": [conventions.EPSILON_COST["graph"],
+                                                         conventions.EPSILON_COST["xla"]]})
+        st.caption(f"Command: `{conventions.EPSILON_COST['command']}`")
     if change is not None:
         st.info(f"The learning rate is halved at step {change}: until then the two forms are "
                 "identical; afterwards Keras's buffer still carries the old learning rate, "

@@ -11,7 +11,8 @@ import streamlit as st
 
 from components import lesson_panel
 from components.plugin_loader import load_plugins
-from optimizers import contract, plugin_discovery as plugins, registry
+from optimizer_plugins import contract, plugin_discovery as plugins
+from optimizers import registry
 
 HOW_TO = """
 **Start from the template**: copy `plugins/template_optimizer.py` (SGD with gradient

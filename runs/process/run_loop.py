@@ -48,9 +48,11 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from engine import recording
+from engine.models import variable_label
 from engine.record_rows import ScalarRow
 from engine.diagnostics import recorder as diagnostics_recorder
 from optimizers.hyper_kinds import hyper_kinds_table
+from optimizers.routing import ROUTES_KEY
 from runs.protocol import Refused, parse
 from runs.store.connection import database_errors
 from runs.store.run_store import RunStore
@@ -77,6 +79,15 @@ def _hyper_kinds(opt, engine) -> list[dict[str, Any]]:
         return hyper_kinds_table(opt, engine.config.dtype)
     except Exception as error:  # noqa: BLE001 - shown on the Config tab, the run goes on
         return [{"name": "(table unavailable)", "kind": f"{type(error).__name__}: {error}"}]
+
+
+def _slot_routes(opt, variables) -> dict[str, Any]:
+    """{ROUTES_KEY: {variable label: step}} for an optimizer that routes variables to different
+    steps (Muon's `route_of`: "muon" or "adamw"), for the Slots view; else {}."""
+    route_of = getattr(opt, "route_of", None)
+    if route_of is None:
+        return {}
+    return {ROUTES_KEY: {variable_label(v): route_of(v) for v in variables}}
 
 
 # A command handler: (run loop, command id, parsed payload) -> None, or raises `Refused`.
@@ -179,7 +190,9 @@ class RunLoop:
 
     def save_optimizer(self) -> None:
         opt = self.engine.optimizer
-        self.store.update_run(self.run_id, optimizer_config=_jsonable(opt.get_config()),
+        config = _jsonable(opt.get_config())
+        config.update(_slot_routes(opt, self.engine.variables))
+        self.store.update_run(self.run_id, optimizer_config=config,
                               hyper_variables=self.engine.hyper_variables(),
                               hyper_kinds=_hyper_kinds(opt, self.engine))
 

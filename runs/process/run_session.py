@@ -27,7 +27,7 @@ import numpy as np
 
 from engine import recording
 from engine.record_rows import HyperChangeRow
-from optimizers import plugin_discovery as plugins
+from optimizer_plugins import plugin_discovery as plugins
 from runs.process.handlers import HANDLERS
 from runs.process.run_loop import Diverged, RunLoop
 from runs.process import checkpoint

@@ -20,7 +20,7 @@ A folder that does not exist is reported by `folder_problem`; a file that fails 
 
 `discover` imports in this process (tests, tools, the run process). The server and the command
 line use `discover_bounded`: every file is imported and checked in a child process
-(`python -m optimizers.plugin_discovery --check FILE...`, see `optimizers.plugin_process`) with a time
+(`python -m optimizer_plugins.plugin_discovery --check FILE...`, see `optimizer_plugins.plugin_process`) with a time
 limit; the child also describes each passing class as catalog data (`ClassReport.catalog`:
 specs, options, `is_rule`, where the class lives), which the caller registers WITHOUT importing
 the file, so neither the server nor the CLI's parsing imports TensorFlow for plugins. A file that
@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
-from optimizers import contract, plugin_process, registry
+from optimizer_plugins import contract, plugin_process
+from optimizers import registry
 from optimizers.catalog import PLUGIN_PREFIX, CatalogEntry
 
 ENV_VAR = "OPTIMIZER_LAB_PLUGINS"
@@ -399,15 +400,15 @@ def ensure_registered(name: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m optimizers.plugin_discovery --check FILE...`: the check process of `discover_bounded`.
+    """`python -m optimizer_plugins.plugin_discovery --check FILE...`: the check process of `discover_bounded`.
 
     Imports and contract-checks each file in turn (nothing registered) and writes one JSON line
-    per event on its stdout (protocol: `optimizers.plugin_process`); the plugins' own output,
+    per event on its stdout (protocol: `optimizer_plugins.plugin_process`); the plugins' own output,
     and TensorFlow's, goes to stderr.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "--check":
-        print("usage: python -m optimizers.plugin_discovery --check FILE...", file=sys.stderr)
+        print("usage: python -m optimizer_plugins.plugin_discovery --check FILE...", file=sys.stderr)
         return 2
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)

@@ -4,7 +4,7 @@ A plugin file is code the server has never run: `while True: pass` at import wou
 page and burn a core. So the server never imports a file before a child process has imported it
 within a time limit:
 
-    python -m optimizers.plugin_discovery --check FILE...
+    python -m optimizer_plugins.plugin_discovery --check FILE...
 
 (`plugin_discovery.main`) imports each file and runs the contract check on its classes
 (`plugin_discovery.check_file`, nothing registered), writing one JSON line per event to its stdout:
@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import IO
 from collections.abc import Mapping, Sequence
 
-# This module imports nothing of the lab (and no TensorFlow): `optimizers.plugin_discovery` imports it.
+# This module imports nothing of the lab (and no TensorFlow): `optimizer_plugins.plugin_discovery` imports it.
 
 IMPORT_TIMEOUT_ENV = "OPTIMIZER_LAB_PLUGIN_TIMEOUT_S"
 CHECK_TIMEOUT_ENV = "OPTIMIZER_LAB_PLUGIN_CHECK_TIMEOUT_S"
@@ -132,7 +132,7 @@ def _run_child(paths: list[str], import_timeout: float, check_timeout: float,
     """One child over `paths`; fills `reports` until it ends or a file overruns. Returns False
     when the child never said it was ready."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "optimizers.plugin_discovery", "--check", *paths],
+        [sys.executable, "-m", "optimizer_plugins.plugin_discovery", "--check", *paths],
         cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True)
     lines: queue.Queue = queue.Queue()
