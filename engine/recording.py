@@ -261,8 +261,9 @@ def schedule_parameter_values(schedule: Mapping[str, Any] | None) -> dict[str, f
     """`lr_schedule.<name>` -> value for each number of a serialized schedule (a list as
     `lr_schedule.<name>[i]`); bools and None are left out (they are not numbers on a trace)."""
     out: dict[str, float] = {}
-    if (schedule or {}).get("start_step"):  # a schedule started mid-run: where its clock began
-        out["lr_schedule.start_step"] = float(schedule["start_step"])
+    started = (schedule or {}).get("start_step")
+    if started:  # a schedule started mid-run: where its clock began
+        out["lr_schedule.start_step"] = float(started)
     config = (schedule or {}).get("config", {})
     for name, value in config.items():
         if isinstance(value, bool) or value is None or isinstance(value, str):

@@ -132,9 +132,9 @@ def schedule_from_config(field: str, data: Mapping[str, Any]) -> LearningRateSch
                                         "{\"schedule\": {...}, \"start_step\": int}")
         data = {**config["schedule"], "start_step": config["start_step"]}
     if "start_step" in data:  # the lab's form: an offset beside Keras's keys
-        start = data["start_step"]
-        if isinstance(start, bool) or not isinstance(start, numbers.Real) \
-                or start != int(start) or not 0 <= start <= MAX_START_STEP:
+        start: Any = data["start_step"]
+        if isinstance(start, bool) or not isinstance(start, (int, float)) \
+                or not float(start).is_integer() or not 0 <= start <= MAX_START_STEP:
             raise InvalidHyperparameter(f"{field}.start_step", start,
                                         f"an integer in [0, {MAX_START_STEP}]")
         inner = schedule_from_config(field, {k: v for k, v in data.items() if k != "start_step"})

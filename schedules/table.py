@@ -261,11 +261,11 @@ def validate_schedule(field: str, data: Any, allow_now: bool = False) -> dict[st
     return {"class_name": class_name, "config": out, **({"start_step": start} if start else {})}
 
 
-def _start_step(field: str, value: Any, allow_now: bool) -> int | str:
+def _start_step(field: str, value: Any, allow_now: bool) -> Any:
     if allow_now and value == "now":
         return value
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value != int(value) \
-            or not 0 <= value <= MAX_STEPS:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not float(value).is_integer() or not 0 <= value <= MAX_STEPS:
         raise ScheduleError(field, value, f"an integer in [0, {MAX_STEPS}]"
                             + (' or "now"' if allow_now else ""))
     return int(value)

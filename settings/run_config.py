@@ -240,9 +240,10 @@ class RunConfig(BaseModel):
                     f"hypergradients={name!r} refused: {self.optimizer} has {', '.join(names)}"
                 )
         self.hypergradients = followed
-        if followed and (self.lr_schedule or {}).get("start_step"):
+        started = (self.lr_schedule or {}).get("start_step")
+        if followed and started:
             raise ValueError(
-                f"lr_schedule.start_step={self.lr_schedule['start_step']} refused with "
+                f"lr_schedule.start_step={started} refused with "
                 "hypergradients: the differentiated schedule runs from step 0; use start_step 0")
         if self.reverse_horizon and not followed:
             raise ValueError(f"reverse_horizon={self.reverse_horizon} refused: follow at least "

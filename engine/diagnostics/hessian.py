@@ -13,6 +13,7 @@ order, each flattened row-major); the product runs in the model's dtype.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -36,7 +37,7 @@ class LossHessian:
         size: n_params. dtype: the variables' dtype (float32 or float64).
     """
 
-    def __init__(self, model, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf.Tensor,
+    def __init__(self, model: Any, variables: Sequence[tf.Variable], x: tf.Tensor, y: tf.Tensor,
                  loss_fn: LossFn):
         self.model, self.variables = model, list(variables)
         self.x, self.y, self.loss_fn = x, y, loss_fn

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -56,7 +57,7 @@ class PerExampleGradients:
         examples: m, the subset size.
     """
 
-    def __init__(self, model, variables: Sequence[tf.Variable], x_train: tf.Tensor,
+    def __init__(self, model: Any, variables: Sequence[tf.Variable], x_train: tf.Tensor,
                  y_train: tf.Tensor, examples: int = EXAMPLES):
         self.model, self.variables = model, list(variables)
         self.x_train, self.y_train, self.examples = x_train, y_train, examples

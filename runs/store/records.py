@@ -304,7 +304,7 @@ class Records:
         Args:
             names: only these names (default all).
         """
-        where, params = "run_id = ?", [run_id]
+        where, params = "run_id = ?", list[Any]([run_id])
         if names:
             where += f" AND name IN ({','.join('?' * len(names))})"
             params += list(names)
