@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.record_rows import ROW_TYPES
+from engine.record_rows import OPTIONAL_IN_BUNDLES, ROW_TYPES
 from runs.io.export import BUNDLE_MAX_BYTES, read_bundle
 from settings.config_file import ConfigImportError
 from settings.run_config import RunConfig
@@ -210,7 +210,7 @@ def read_run_bundle(data: bytes) -> ImportedRun:
             match = TABLE_MEMBER.fullmatch(info.filename)
             if match and info.filename.startswith(prefix) and match["table"] in ROW_TYPES:
                 found[match["table"]] = info
-        missing = [t for t in ROW_TYPES if t not in found]
+        missing = [t for t in ROW_TYPES if t not in found and t not in OPTIONAL_IN_BUNDLES]
         if missing:
             raise _error(f"{prefix}: no {', '.join(t + '.csv' for t in missing)} (an export "
                          "from before this version? import it as a config instead)")
@@ -222,7 +222,8 @@ def read_run_bundle(data: bytes) -> ImportedRun:
         if total > MAX_TOTAL_BYTES:
             raise _error(f"the tables refused: {total:,} bytes once inflated, at most "
                          f"{MAX_TOTAL_BYTES:,} in all")
-        tables = {table: _read_table(archive, found[table], table) for table in ROW_TYPES}
+        tables = {table: _read_table(archive, found[table], table) for table in ROW_TYPES
+                  if table in found}
     return ImportedRun(config, document if isinstance(document, dict) else {}, tables)
 
 

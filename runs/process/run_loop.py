@@ -99,7 +99,8 @@ class RunLoop:
         self.meter = recording.LossMeter()
         self.buffers: dict[str, list] = {k: [] for k in ("scalars", "slot_stats", "histograms",
                                                          "hyper_changes", "hypergradients",
-                                                         "response_slices")}
+                                                         "response_slices", "lr_range",
+                                                         "landscape")}
         self.paused = self.stop_requested = False
         self.single_steps = 0  # `step` commands not yet carried out (only while paused)
         self.steps_per_second: float | None = None  # `set_speed`; None = full speed
