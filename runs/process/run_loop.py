@@ -41,6 +41,7 @@ import numpy as np
 from engine import recording
 from engine.record_rows import ScalarRow
 from optimizers.hyper_kinds import hyper_kinds_table
+from runs.process import landscape_hook
 from runs.protocol import Refused, parse
 from runs.store.run_store import RunStore
 
@@ -117,6 +118,7 @@ class RunLoop:
         self._writer.start()
         self._poll_con: sqlite3.Connection | None = None  # opened by the first poll
         self.after_first_step: Callable[[], None] | None = None  # e.g. lower the priority
+        self.landscape = landscape_hook.for_run(self)  # None unless `path_landscape` is set
 
     # ----- store ------------------------------------------------------------------------
     def _write_loop(self) -> None:
@@ -276,6 +278,8 @@ class RunLoop:
                 self.buffers["histograms"] += recording.histogram_rows(
                     step, self.engine.series, hists.numpy())
         self.step = step
+        if self.landscape is not None:
+            self.landscape.on_step(step)
         if step % self.eval_every == 0 or step == self.total:
             self.evaluate(step)
         if self.hyper is not None:
