@@ -135,7 +135,11 @@ def analyse(learning_rates: Sequence[float], losses: Sequence[float | None],
     smoothed = smooth(good[:max(end, 3)], beta)
     low = int(np.argmin(smoothed))
     slope = np.gradient(smoothed, np.log(good_lrs[:len(smoothed)]))
-    steepest = float(good_lrs[int(np.argmin(slope[:low + 1]))]) if low > 0 else None
+    # the first few averages still carry the start's weight: the steepest point is looked for
+    # after them (fastai's `lr_find` skips the start of the curve too)
+    skip = min(3, low)
+    steepest = (float(good_lrs[skip + int(np.argmin(slope[skip:low + 1]))]) if low > 0
+                else None)
     divergence = curvature = None
     blowup = None if blow is None else float(lrs[blow])
     if blow is not None:

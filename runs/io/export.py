@@ -8,8 +8,9 @@ Layout written by `export_run(store, run_id, out_dir)` (`<out>` = `out_dir/run-<
 * `<out>/metrics.csv|.parquet`: the wide table, one row per recorded step (step 0 = before
   training), one column per scalar (`train_loss`, `val_loss`, `val_accuracy`, ...) and one
   `hyper/<name>` column per hyperparameter holding the value in effect at that step.
-* `<out>/scalars|slot_stats|hyper_changes|histograms|hypergradients|response_slices.csv|
-  .parquet`: the long tables as stored (histogram `counts` are a JSON list in the CSV, a list
+* `<out>/scalars|slot_stats|hyper_changes|histograms|hypergradients|response_slices|lr_range|
+  landscape.csv|.parquet`: the long tables as stored (`lr_range`: the learning-rate range
+  tests' rows; `landscape`: the grid, path and line of the landscape along the path) (histogram `counts` are a JSON list in the CSV, a list
   column in Parquet).
 * `<out>/tensorboard/run-<id>-<optimizer>/events.out.tfevents...`: the events `tf.summary`
   writes, built as TensorBoard protos and written as one TFRecord file (no op per row): scalar
@@ -387,6 +388,8 @@ def _write_export(store: RunStore, run: dict[str, Any], run_id: int, out_dir: Pa
         "hypergradients": _write_table(hypergradients, directory / "hypergradients"),
         "response_slices": _write_table(store.response_slices(run_id),
                                         directory / "response_slices"),
+        "lr_range": _write_table(store.lr_range(run_id), directory / "lr_range"),
+        "landscape": _write_table(store.landscape(run_id), directory / "landscape"),
     }
     logdir = directory / "tensorboard" / f"run-{run_id}-{run['config']['optimizer']}"
     if tensorboard:
