@@ -187,6 +187,13 @@ class PathLandscape:
         return [LandscapeRow(step, "line", float(t), 0.0, self.loss(self.theta0 + t * delta))
                 for t in LINE_T]
 
+    def distance_row(self, step: int) -> LandscapeRow:
+        """A `distance` row: x = ||theta_step - theta_0||, y = the share of it the plane shows
+        (`captured`), loss None."""
+        delta = self.weights() - self.theta0
+        return LandscapeRow(step, "distance", float(np.linalg.norm(delta)),
+                            captured(delta, self.d1, self.d2), None)
+
     def captured(self) -> float:
         """The share of the distance from theta_0 to the run's weights now that the plane
         shows (`captured`)."""

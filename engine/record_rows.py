@@ -100,7 +100,9 @@ class LandscapeRow(NamedTuple):
 
     `kind` "grid": loss at theta_0 + x d_1 + y d_2 (step 0); "path": the run's weights at
     `step` projected onto the plane (x, y) with the loss at the real weights; "line": loss at
-    theta_0 + x (theta_step - theta_0) (y = 0). Losses are full-training-set means in nats.
+    theta_0 + x (theta_step - theta_0) (y = 0); "distance": x = ||theta_step - theta_0||, y = the
+    share of that distance the plane shows, loss None. Losses are full-training-set means in
+    nats.
     """
 
     step: int

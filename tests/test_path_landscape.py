@@ -108,11 +108,15 @@ def test_path_and_line_are_the_run_seen_in_the_plane(two_runs):
                                                  data.x_train, data.y_train), abs=1e-6)
     line = store.landscape(run_id, "line")
     end = line[line.step == 24].set_index("x").loss
-    assert set(line.step) == {6, 12, 18, 24} and len(end) == len(pl.LINE_T)
+    assert {6, 12, 18, 24} <= set(line.step) and len(end) == len(pl.LINE_T)
     assert end.loc[0.0] == pytest.approx(path.iloc[0].loss, abs=1e-9)  # t = 0: the start
     assert end.loc[1.0] == pytest.approx(last.loss, abs=1e-9)  # t = 1: where the run is
     # random directions see only a small part of the distance travelled (Li et al. 2018, §7)
-    assert 0.0 < pl.captured(theta - flat0, d1, d2) < 0.1
+    share = pl.captured(theta - flat0, d1, d2)
+    assert 0.0 < share < 0.1
+    distance = store.landscape(run_id, "distance").set_index("step")
+    assert distance.loc[24, "x"] == pytest.approx(np.linalg.norm(theta - flat0), rel=1e-12)
+    assert distance.loc[24, "y"] == pytest.approx(share, rel=1e-9)
 
 
 def test_directions_are_filter_normalised_and_fixed_by_the_seed(two_runs):

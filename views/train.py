@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from components import lesson_panel, run_controls, run_panels, session_runs, setup_state
-from components import live_area, train_setup
+from components import live_area, lr_range_panel, train_setup
 from components.hyper_widgets import default_value
 from components.page_store import store
 from components.store_guard import guard_page
@@ -66,6 +66,7 @@ def live_view(run: dict[str, Any], active: bool) -> None:
             run_controls.learning_rate_panel(run, scalars, live=active)),
         "Slots": lambda: run_panels.slots_tab(store(), run, live=active),
         "Config": lambda: run_panels.config_tab(store(), run),
+        "LR range test": lambda: lr_range_panel.panel(store(), run),
     }
     if run["status"] == QUEUED:
         return

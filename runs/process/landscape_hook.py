@@ -7,8 +7,9 @@ with `path_landscape` (a direction seed) records, step by step.
   plane already holds a complete grid in the store (`runs.store.landscape_cache`): 21 loss
   evaluations per step for the first 21 steps, so the run starts at once and the grid fills
   in the background with its progress in the store;
-* the line from theta_0 to the weights now (`line` rows) at each quarter of the run, at most
-  every `LINE_EVERY_S` seconds otherwise, and at the last step.
+* the line from theta_0 to the weights now (`line` rows) and how far the run has gone
+  (a `distance` row) at each quarter of the run, at most every `LINE_EVERY_S` seconds
+  otherwise, and at the last step.
 
 Runs in the run process (TensorFlow, imported when a run asks for it).
 """
@@ -55,6 +56,7 @@ class LandscapeHook:
             rows += self.landscape.grid_rows(self.landscape.points)
         if step in self.line_steps or time.monotonic() - self.last_line >= LINE_EVERY_S:
             rows += self.landscape.line_rows(step)
+            rows.append(self.landscape.distance_row(step))
             self.last_line = time.monotonic()
 
 
