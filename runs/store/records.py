@@ -270,7 +270,8 @@ class Records:
 
     def landscape(self, run_id: int, kind: str | None = None) -> pd.DataFrame:
         """`step, kind, x, y, loss` rows of the landscape along a run's path (`kind` "grid",
-        "path", "line", or all), by kind, step, x, y."""
+        "path", "line", "distance", or all; `engine.record_rows.LandscapeRow`), by kind, step,
+        x, y."""
         where, params = ("", (run_id,)) if kind is None else (" AND kind = ?", (run_id, kind))
         return self.frame("SELECT step, kind, x, y, loss FROM landscape"
                           f" WHERE run_id = ?{where} ORDER BY kind, step, x, y", params)
