@@ -13,6 +13,8 @@ from components import diagnostic_figures as figures
 from engine import lr_range
 from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
+from streamlit.testing.v1 import AppTest
+
 from tests._pages import page_test
 
 
@@ -70,8 +72,10 @@ def test_the_landscape_page_compares_runs_from_the_same_start(tmp_path, monkeypa
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     store = RunStore()
     first, second = landscape_run(store, "adam"), landscape_run(store, "sgd")
-    at = page_test("landscape", default_timeout=120)
-    at.session_state["ls_view"] = "along a run's path"
+    # the view alone: the Landscape page's test functions would import TensorFlow first
+    at = AppTest.from_string("from components.path_landscape_panel import section\n"
+                             "from components.page_store import store\n"
+                             "section(store())\n", default_timeout=120)
     at.session_state["pl_run"] = second
     at.session_state["pl_others"] = [first]
     at.run()
