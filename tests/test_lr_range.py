@@ -106,6 +106,13 @@ def test_the_run_does_not_move_while_a_copy_is_swept(live_run, start):
     run, store, run_id = live_run
     before = snapshot(run.engine)
     iterations = int(run.engine.optimizer.iterations.numpy())
+    if start == "current":  # the copy starts where the run is, not at theta_0
+        copied = lr_range_sweep.copy_of_engine(run.engine)
+        for mine, theirs in zip(copied.model.variables, run.engine.model.variables):
+            np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+        for mine, theirs in zip(copied.optimizer.variables(), run.engine.optimizer.variables()):
+            np.testing.assert_array_equal(mine.numpy(), theirs.numpy())
+        assert int(copied.optimizer.iterations.numpy()) == iterations
     command_id = control.lr_range(store, run_id, lr_min=1e-4, lr_max=10.0, steps=60,
                                   start=start)
     status = run.handle({"id": command_id, "kind": "lr_range",
