@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -39,16 +38,22 @@ def lr_range_figure(rows: pd.DataFrame, result: lr_range.RangeResult,
                                  y=lr_range.smooth(finite["loss"].tolist()), mode="lines",
                                  name=f"smoothed (β = {lr_range.SMOOTHING})",
                                  line={"color": COLORS[0], "width": 2}))
-    for field, label, color in MARKS:
-        value = getattr(result, field)
-        if value is not None:
-            fig.add_vline(x=math.log10(value), line={"color": color, "dash": "dash"},
-                          annotation_text=f"{label} {value:.3g}", annotation_textangle=-90,
-                          annotation_font_color=color)
+    low, top = 0.0, 1.0
     if not finite.empty:  # a blow-up would squash the curve: show up to 3x the start
         top = float(np.nanmax(finite["loss"].iloc[:max(3, len(finite) // 10)])) * 3
         low = float(np.nanmin(finite["loss"]))
-        fig.update_yaxes(range=[max(0.0, low - 0.05 * (top - low)), top])
+        low = max(0.0, low - 0.05 * (top - low))
+        fig.update_yaxes(range=[low, top])
+    # the marks as traces in data coordinates: a shape's x on a log axis is read in log10
+    # units by the browser but in data units by plotly.py's add_vline, so lines and their
+    # labels landed apart
+    for field, label, color in MARKS:
+        value = getattr(result, field)
+        if value is not None:
+            fig.add_trace(go.Scatter(x=[value, value], y=[low, top], mode="lines+text",
+                                     name=f"{label} {value:.3g}", text=["", f"{value:.3g}"],
+                                     textposition="bottom left",
+                                     line={"color": color, "dash": "dash"}))
     fig.update_xaxes(type="log", title="learning rate (log)")
     fig.update_yaxes(title="training loss (nats)")
     fig.update_layout(title=title, height=380, margin={"t": 50, "b": 40},

@@ -30,11 +30,12 @@ def test_range_figure_marks_what_the_analysis_found():
     rows = pd.DataFrame(sweep_rows(), columns=["request_id", "step", "learning_rate", "loss"])
     result = lr_range.analyse(rows["learning_rate"], rows["loss"])
     fig = figures.lr_range_figure(rows, result)
-    assert [t.name for t in fig.data] == ["loss", f"smoothed (β = {lr_range.SMOOTHING})"]
+    assert [t.name for t in fig.data[:2]] == ["loss", f"smoothed (β = {lr_range.SMOOTHING})"]
     np.testing.assert_allclose(fig.data[1].y, lr_range.smooth(rows["loss"].tolist()))
-    marks = {shape.line.color: 10 ** shape.x0 for shape in fig.layout.shapes}
-    assert marks["#2ca02c"] == pytest.approx(result.steepest)
-    assert marks["#d62728"] == pytest.approx(result.divergence)
+    marks = {t.line.color: t.x for t in fig.data[2:]}  # vertical lines in data coordinates
+    assert marks["#2ca02c"] == pytest.approx((result.steepest,) * 2)
+    assert marks["#d62728"] == pytest.approx((result.divergence,) * 2)
+    assert marks["#7f7f7f"] == pytest.approx((result.blowup,) * 2)
     assert fig.layout.xaxis.type == "log"
 
 
