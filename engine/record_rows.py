@@ -95,6 +95,31 @@ class DiagnosticRow(NamedTuple):
     variable: str  # the variable's label for per-variable values (update ratio), else ""
     value: float
     seconds: float  # wall time this diagnostic cost at this step (its main row), else 0
+class LrRangeRow(NamedTuple):
+    """One step of a learning-rate range test (`engine.lr_range`): the training loss (nats, on
+    the next batch) after one update of a copy of the run at `learning_rate`."""
+
+    request_id: int  # the `lr_range` command's id (0: a sweep run outside a run process)
+    step: int  # 1-based step of the sweep
+    learning_rate: float
+    loss: float | None  # None (NULL) when the loss was not finite: the sweep stops there
+
+
+class LandscapeRow(NamedTuple):
+    """One point of the landscape along a run's path (`engine.path_landscape`).
+
+    `kind` "grid": loss at theta_0 + x d_1 + y d_2 (step 0); "path": the run's weights at
+    `step` projected onto the plane (x, y) with the loss at the real weights; "line": loss at
+    theta_0 + x (theta_step - theta_0) (y = 0); "distance": x = ||theta_step - theta_0||, y = the
+    share of that distance the plane shows, loss None. Losses are full-training-set means in
+    nats.
+    """
+
+    step: int
+    kind: str
+    x: float
+    y: float
+    loss: float | None
 
 
 # table name -> row type, in the order `append` writes them
@@ -106,7 +131,11 @@ ROW_TYPES: dict[str, type[Any]] = {  # NamedTuple classes
     "hypergradients": HypergradientRow,
     "response_slices": ResponseSliceRow,
     "diagnostics": DiagnosticRow,
+    "lr_range": LrRangeRow,
+    "landscape": LandscapeRow,
 }
+# Record tables an exported run zip may lack (exports written before these diagnostics).
+OPTIONAL_IN_BUNDLES = frozenset({"diagnostics", "lr_range", "landscape"})
 STORED_AFTER: dict[str, tuple[str, ...]] = {"hyper_changes": ("created",)}
 # NumPy scalars (np.float32 losses, np.int64 steps) bind as the Python numbers they hold, in
 # every connection of this process: rows need no per-field conversion (see `_WITH_SEQUENCES`).

@@ -119,6 +119,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "(same id, its own config: no config flags)")
     _store_argument(train)
     _run_arguments(train)
+    sweep = train.add_argument_group(
+        "learning-rate range test (Smith 2017): --lr-range sweeps a fresh copy of this run in "
+        "this process instead of training it; nothing is stored")
+    sweep.add_argument("--lr-range", action="store_true",
+                       help="sweep the learning rate geometrically from --lr-min to --lr-max and "
+                            "print the steepest descent and the divergence point")
+    sweep.add_argument("--lr-min", type=float, default=1e-5, help="first rate (default 1e-5)")
+    sweep.add_argument("--lr-max", type=float, default=10.0, help="last rate (default 10)")
+    sweep.add_argument("--lr-steps", type=int, default=200, help="steps (default 200)")
+    sweep.add_argument("--lr-out", type=Path, default=None,
+                       help="write the sweep's rows (step, learning_rate, loss, smoothed) to "
+                            "this CSV file")
 
     listing = commands.add_parser("list", help="list the runs of the store")
     _store_argument(listing)
@@ -288,6 +300,31 @@ def follow(store: RunStore, run_id: int, total: int, args: argparse.Namespace) -
     return 0 if run["status"] == "finished" else 1
 
 
+def lr_range_test(config: RunConfig, args: argparse.Namespace,
+                  parser: argparse.ArgumentParser) -> int:
+    """`train --lr-range`: a range test from the start of `config`, in this process; prints
+    the marks (and writes the rows to `--lr-out`). Returns 0."""
+    from runs.process import sweeps
+
+    try:
+        table, result = sweeps.sweep_from_start(config, args.lr_min, args.lr_max, args.lr_steps)
+    except ValueError as error:
+        field = str(error).split("=")[0]
+        flag_name = {"lr_min": "--lr-min", "lr_max": "--lr-max", "steps": "--lr-steps"}.get(
+            field, "--lr-range")
+        parser.error(f"argument {flag_name}: {error}")
+    print(f"learning-rate range test of {config.optimizer} on {config.dataset}/{config.model} "
+          f"from the start, {len(table)} of {args.lr_steps} steps", file=sys.stderr)
+    print(sweeps.summary(result))
+    if args.lr_out is not None:
+        try:
+            table.to_csv(args.lr_out, index=False)
+        except OSError as error:
+            parser.error(f"argument --lr-out: {args.lr_out}: {_os_message(error)}")
+        print(f"rows written to {args.lr_out}", file=sys.stderr)
+    return 0
+
+
 def list_runs(store: RunStore) -> str:
     """The runs of `store` as a plain-text table (newest first)."""
     import pandas as pd
@@ -384,6 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "train":
         config = config_from_args(args, parser)  # before the store: a refusal touches nothing
         check_environment(parser)
+        if args.lr_range:
+            return lr_range_test(config, args, parser)
         return run_config(config, open_store(args, parser), args)
     if args.command == "import":
         from runs.io.export import load_import

@@ -31,16 +31,20 @@ Payloads (extra keys are ignored):
 * `pause {}`, `resume {}`, `stop {}`
 * `step {}`: while paused, train exactly one more step and stay paused
 * `set_speed {steps_per_second: number in [MIN_SPEED, MAX_SPEED] | null}` (null = full speed)
+* `lr_range {lr_min: number, lr_max: number, steps: int, start: "current" | "init"}`: a
+  learning-rate range test of a copy of the run (`engine.lr_range_sweep`), from its current
+  state or from its initial weights; ranges as `engine.lr_range.check`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
+from engine import lr_range
 from schedules.table import validate_schedule
 from settings import fields as setting_fields
 
@@ -164,6 +168,21 @@ class CheckHypergradients(Payload):
     horizon: StrictInt = Field(...)
 
 
+class LrRange(Payload):
+    """`lr_range`: sweep a copy of the run from `lr_min` to `lr_max` in `steps` geometric steps,
+    from its `current` state or from its initial weights (`init`); the run does not move."""
+
+    lr_min: StrictFloat | StrictInt = lr_range.LR_MIN
+    lr_max: StrictFloat | StrictInt = lr_range.LR_MAX
+    steps: StrictInt = lr_range.STEPS
+    start: Literal["current", "init"] = "current"
+
+    @pydantic.model_validator(mode="after")
+    def _in_range(self) -> LrRange:
+        lr_range.check(float(self.lr_min), float(self.lr_max), self.steps)
+        return self
+
+
 PAYLOADS: dict[str, type[Payload]] = {
     "set_hyper": SetHyper,
     "autotune": Autotune,
@@ -174,6 +193,7 @@ PAYLOADS: dict[str, type[Payload]] = {
     "step": NoPayload,
     "set_speed": SetSpeed,
     "check_hypergradients": CheckHypergradients,
+    "lr_range": LrRange,
 }
 COMMAND_KINDS = tuple(PAYLOADS)
 

@@ -85,6 +85,9 @@ class RunConfig(BaseModel):
             (`engine.diagnostics.sharpness`).
         noise_scale, noise_scale_every: "off" (default) or "on"; K, steps between estimates of
             the gradient noise scale, 1..100,000 (`engine.diagnostics.noise_scale`).
+        path_landscape: 0 (off) or the seed of the two directions of the landscape along the
+            path (`engine.path_landscape`), 0..2**31-1: runs with the same model, data, `seed`
+            and this seed share one plane.
 
     Raises:
         pydantic.ValidationError: any field out of range or unknown; messages name the field.
@@ -163,6 +166,12 @@ class RunConfig(BaseModel):
         "widget": "hg_autotune_every", "group": "hypergradients", "label": "auto-tune every K",
         "help": "steps between RTHO updates (switched on per hyperparameter on the "
                 "Hyper-gradients page)"})
+    path_landscape: int = Field(0, ge=0, le=2**31 - 1, json_schema_extra={
+        "label": "path landscape seed",
+        "help": "0 = off; else the seed of two filter-normalised random directions (Li et al. "
+                "2018): the run projects its weights onto their plane as it trains, and computes "
+                "the loss on a 21x21 grid of the plane and on the line from its start "
+                "(Landscape page)"})
 
     # Training-dynamics diagnostics (`engine.diagnostics`): sharpness and noise scale cost
     # Hessian-vector products / per-example gradients, so they are off unless asked for and

@@ -171,6 +171,67 @@ _CORE: tuple[Lesson, ...] = (
         ),
     ),
     Lesson(
+        key="lr_range",
+        title="Which learning rate? The range test",
+        question="Which learning rate should I pick, and above which one does training diverge?",
+        page="train",
+        run_setup={"optimizer": "sgd", "hyperparameters": {"learning_rate": 0.01,
+                                                            "momentum": 0.0},
+                   "dataset": "digits", "model": "mlp", "label_noise": 0.3, "steps": 2000},
+        steps=(
+            "Start the run, open the **LR range test** view and run a test *from the start "
+            "(θ₀)*: a copy of the run trains 200 steps while the learning rate grows "
+            "geometrically from 1e-5 to 10 (Smith 2017). The run itself does not move.",
+            "Read the marks on the smoothed loss: the steepest descent (a good rate to train "
+            "at) and the divergence point, the stability limit 2/λ the loss's blow-up implies.",
+            "Pick *steepest descent* and press **Use this learning rate**: a live `_set_hyper` "
+            "of the run, no retrace.",
+        ),
+        check="On a quadratic whose largest curvature is L = 4, above which learning rate does "
+              "plain SGD diverge?",
+        answer="**0.5** = 2/L: each step multiplies the top mode by |1 - lr L|, which exceeds 1 "
+               "above 2/L. The range test reads the curvature off the rate at which the loss "
+               "blows up, and finds 2/L within 20% on a noisy quadratic "
+               "(`tests/test_lr_range.py`).",
+        minutes=6,
+        stage=0,
+        claims=(
+            Claim(2, "the marks of the test from the start (SGD, digits MLP, seed 0): steepest "
+                     "descent and divergence point",
+                  "**0.135** and **2.82**", "lr_range_marks"),
+        ),
+    ),
+    Lesson(
+        key="path_landscape",
+        title="The landscape along the path",
+        question="Why do Adam and SGD end in different places, and what does the loss look like "
+                 "between the start and the end?",
+        page="train",
+        run_setup={"optimizer": "adam", "dataset": "digits", "model": "mlp",
+                   "label_noise": 0.3, "steps": 200, "path_landscape": 7},
+        steps=(
+            "Start the run (Adam, *path landscape seed* 7), then the same setup with SGD: both "
+            "start from the same weights θ₀, so they share one plane through θ₀ along two "
+            "filter-normalised random directions (Li et al. 2018).",
+            "Open the **Landscape** page, *along a run's path*, and pick both runs: contours of "
+            "the loss on the plane, each path projected onto it, and the loss on the straight "
+            "line from θ₀ to each end point (Goodfellow et al. 2015).",
+            "Read how far each run went and how much of that distance the plane shows.",
+        ),
+        check="Why does the projected path look so short next to the distance the run travelled?",
+        answer="Two random directions in ~85,000 dimensions are nearly orthogonal to any "
+               "fixed direction: the plane shows **0.47**% of the distance Adam travelled in "
+               "200 steps. The line from θ₀ to the end point shows the rest: the loss falls "
+               "along it without a barrier.",
+        minutes=6,
+        stage=0,
+        claims=(
+            Claim(3, "the distance from θ₀ after 200 steps, Adam vs SGD, and the share of it "
+                     "the plane shows (%)",
+                  "**7.60** vs **1.16**; **0.47** vs **0.18**", "path_distances"),
+        ),
+    ),
+    Lesson(
         key="set_hyper",
         title="`_set_hyper` vs a plain attribute",
         question="Why does `self.t_cur = 5` break my optimizer when `_set_hyper('t_cur', 5)` "

@@ -9,6 +9,7 @@ is final: no command reaches it; the Train page shows it with its curves.
 from __future__ import annotations
 
 import io
+import re
 import json
 import zipfile
 
@@ -26,7 +27,8 @@ from runs.store.run_store import RunStore
 from settings.config_file import ConfigImportError
 from tests.fake_runs import add_fake_run
 
-READERS = ("scalars", "hyper_changes", "slot_stats", "hypergradients", "response_slices")
+READERS = ("scalars", "hyper_changes", "slot_stats", "hypergradients", "response_slices",
+           "lr_range", "landscape")
 
 
 @pytest.fixture
@@ -48,7 +50,11 @@ def export_fake_run(store: RunStore, tmp_path) -> tuple[RunStore, int, bytes]:
                                           None if s % 20 else -0.45 / s, 2.0 - s / 100)
                                          for s in range(1, 41, 5)],
                  response_slices=[(7, 40, "learning_rate", v, 1.0 + v, -2.0 if c else None, c)
-                                  for v, c in ((0.5e-3, 0), (1e-3, 1), (2e-3, 0))])
+                                  for v, c in ((0.5e-3, 0), (1e-3, 1), (2e-3, 0))],
+                 lr_range=[(9, k, 1e-4 * 2 ** k, 2.0 - k / 10 if k < 9 else None)
+                           for k in range(1, 10)],
+                 landscape=[(0, "grid", x, y, 1.0 + x * x + y) for x in (-1.0, 0.0, 1.0)
+                            for y in (-1.0, 1.0)] + [(10, "path", 0.01, -0.02, 0.9)])
     paths = export_run(store, run_id, tmp_path / "exports", tensorboard=False)
     return store, run_id, paths.zip.read_bytes()
 
@@ -90,6 +96,16 @@ def test_an_imported_run_has_every_record_of_the_original(exported_any):
     assert (run["status"], run["step"], run["name"]) == (IMPORTED, 40, "again")
     assert run["config"] == store.run(run_id)["config"]
     assert run["optimizer_config"] == {"name": "Adam"}
+
+
+def test_an_export_without_the_diagnostics_tables_still_imports(exported):
+    store, _, data = exported
+    older = rewrite(data, lambda name, body: None if re.search(r"/(lr_range|landscape)\.",
+                                                               name) else body)
+    bundle = read_run_bundle(older)
+    assert "lr_range" not in bundle.tables and len(bundle.tables["scalars"]) > 0
+    new = store.import_run(bundle.config.to_json_dict(), bundle.tables)
+    assert store.lr_range(new).empty and not store.scalars(new).empty
 
 
 def test_an_imported_run_is_never_steered(exported):

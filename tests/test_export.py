@@ -162,8 +162,9 @@ def test_csv_and_parquet_tables(exported):
         names = archive.namelist()
     assert f"run-{first}/config.json" in names
     assert any("/tensorboard/" in n and "tfevents" in n for n in names)
-    assert sum(n.endswith(".parquet") for n in names) == 8  # + hypergradients, response slices,
-    # diagnostics
+    # + hypergradients, response slices, diagnostics, learning-rate range tests, landscape along
+    # the path
+    assert sum(n.endswith(".parquet") for n in names) == 10
 
 
 def test_hypergradients_go_into_the_tables_and_tensorboard(tmp_path):

@@ -514,6 +514,48 @@ def _claim_schedule_free_live_mean() -> list[float]:
     gap = float(np.abs(w - np.mean(zs, axis=0)).max())
     assert gap < 1e-12
     return [gap]
+def _claim_lr_range_marks() -> list[float]:
+    from engine import lr_range, lr_range_sweep
+
+    rows = lr_range_sweep.sweep_config(RunConfig(**lessons.get("lr_range").run_setup))
+    result = lr_range.analyse([r.learning_rate for r in rows], [r.loss for r in rows])
+    assert result.steepest < result.minimum < result.divergence < result.blowup
+    return [result.steepest, result.divergence]
+
+
+def path_distances() -> dict[str, tuple[float, float]]:
+    """optimizer -> (||theta_200 - theta_0||, % of it the plane shows) of the lesson's setup."""
+    from engine.path_landscape import PathLandscape
+    from engine.train_step import Engine
+
+    out = {}
+    for optimizer in ("adam", "sgd"):
+        config = RunConfig(**{**lessons.get("path_landscape").run_setup,
+                              "optimizer": optimizer})
+        engine = Engine(config, "/CPU:0")
+        landscape = PathLandscape(engine.model, config.model, engine.dataset, config.seed,
+                                  config.dtype, engine.x_train, engine.y_train,
+                                  config.path_landscape)
+        for _ in range(config.steps):
+            engine.step(record=False)
+        row = landscape.distance_row(config.steps)
+        out[optimizer] = (row.x, 100 * row.y)
+    return out
+
+
+def _claim_path_distances() -> list[float]:
+    found = path_distances()
+    (adam, adam_share), (sgd, sgd_share) = found["adam"], found["sgd"]
+    assert adam > sgd and adam_share < 1.0 and sgd_share < 1.0
+    assert number_in(lessons.get("path_landscape").answer) == pytest.approx(adam_share, abs=5e-3)
+    return [adam, sgd, adam_share, sgd_share]
+
+
+def test_lr_range_answer():
+    """2/L of the quadratic the range test is measured on; that the test finds it within 20%
+    is `tests/test_lr_range.py::test_divergence_point_is_within_20_percent_of_two_over_l_for_sgd`."""
+    curvature = 4.0  # tests/test_lr_range.py's CURVATURE
+    assert number_in(lessons.get("lr_range").answer) == 2 / curvature
 
 
 CLAIMS = {name[len("_claim_"):]: fn for name, fn in globals().items()

@@ -34,6 +34,12 @@ EXPECTED = {
                         ("step", "INTEGER", 1, None), ("name", "TEXT", 1, None),
                         ("value", "REAL", 1, None), ("loss", "REAL", 0, None),
                         ("hypergradient", "REAL", 0, None), ("center", "INTEGER", 1, "0")],
+    "lr_range": [("run_id", "INTEGER", 1, None), ("request_id", "INTEGER", 1, None),
+                 ("step", "INTEGER", 1, None), ("learning_rate", "REAL", 1, None),
+                 ("loss", "REAL", 0, None)],
+    "landscape": [("run_id", "INTEGER", 1, None), ("step", "INTEGER", 1, None),
+                  ("kind", "TEXT", 1, None), ("x", "REAL", 1, None), ("y", "REAL", 1, None),
+                  ("loss", "REAL", 0, None)],
 }
 
 

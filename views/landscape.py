@@ -14,7 +14,8 @@ from typing import Any
 import streamlit as st
 
 from components import lesson_panel
-from components import landscape_figures
+from components import landscape_figures, path_landscape_panel
+from components.page_store import store
 from components.charts import chart
 from components.hyper_widgets import hyper_widgets, invalid_hypers, slider_bounds
 from components.plugin_loader import load_plugins
@@ -174,6 +175,9 @@ def page() -> None:
     hypers = sidebar(names)
     st.title("The 2-D landscape")
     lesson_panel.show("landscape")
+    if st.segmented_control("landscape", ["test functions", "along a run's path"],
+                            key="ls_view", default="test functions") == "along a run's path":
+        return path_landscape_panel.section(store())
     func = landscape.get_function(state["ls_function"])
     st.caption(f"{func.name}: minimum f* = {func.f_min:g} at "
                f"{', '.join(f'({x:g}, {y:.4g})' for x, y in func.minima)} · {func.reference}. "

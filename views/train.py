@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 
 from components import lesson_panel, run_controls, run_panels, session_runs, setup_state
-from components import live_area, live_rows, train_setup
+from components import live_area, live_rows, lr_range_panel, train_setup
 from components import class_join, dynamics_panel
 from components.hyper_widgets import default_value
 from components.page_store import store
@@ -68,6 +68,7 @@ def live_view(run: dict[str, Any], active: bool) -> None:
         "Slots": lambda: run_panels.slots_tab(store(), run, live=active),
         "Config": lambda: run_panels.config_tab(store(), run),
         "Dynamics": lambda: dynamics_panel.dynamics_tab(store(), run, live=active),
+        "LR range test": lambda: lr_range_panel.panel(store(), run),
     }
     if run["status"] == QUEUED:
         return

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from engine.record_rows import ROW_TYPES
+from engine.record_rows import OPTIONAL_IN_BUNDLES, ROW_TYPES
 from runs.io.export import BUNDLE_MAX_BYTES, read_bundle
 from settings.config_file import ConfigImportError
 from settings.run_config import RunConfig
@@ -44,8 +44,6 @@ TABLE_MEMBER = re.compile(r"run-[0-9]+/(?P<table>[a-z_]+)\.csv")
 KEYS = {"scalars": ("step", "name"), "slot_stats": ("step", "variable", "slot"),
         "histograms": ("step", "variable", "slot"), "hypergradients": ("step", "name"),
         "diagnostics": ("step", "name", "variable")}
-# Tables an export may lack: exports made before the table existed read as having no rows.
-OPTIONAL_TABLES = frozenset({"diagnostics"})
 # exported columns the store sets itself (`record_rows.STORED_AFTER`): read, checked, dropped
 STORE_SET = {"hyper_changes": ("created",)}
 
@@ -213,7 +211,7 @@ def read_run_bundle(data: bytes) -> ImportedRun:
             match = TABLE_MEMBER.fullmatch(info.filename)
             if match and info.filename.startswith(prefix) and match["table"] in ROW_TYPES:
                 found[match["table"]] = info
-        missing = [t for t in ROW_TYPES if t not in found and t not in OPTIONAL_TABLES]
+        missing = [t for t in ROW_TYPES if t not in found and t not in OPTIONAL_IN_BUNDLES]
         if missing:
             raise _error(f"{prefix}: no {', '.join(t + '.csv' for t in missing)} (an export "
                          "from before this version? import it as a config instead)")

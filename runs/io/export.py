@@ -9,8 +9,9 @@ Layout written by `export_run(store, run_id, out_dir)` (`<out>` = `out_dir/run-<
   training), one column per scalar (`train_loss`, `val_loss`, `val_accuracy`, ...) and one
   `hyper/<name>` column per hyperparameter holding the value in effect at that step.
 * `<out>/scalars|slot_stats|hyper_changes|histograms|hypergradients|response_slices|
-  diagnostics.csv|.parquet`: the long tables as stored (histogram `counts` are a JSON list in
-  the CSV, a list column in Parquet).
+  diagnostics|lr_range|landscape.csv|.parquet`: the long tables as stored (`lr_range`: the
+  learning-rate range tests' rows; `landscape`: the grid, path and line of the landscape along
+  the path; histogram `counts` are a JSON list in the CSV, a list column in Parquet).
 * `<out>/tensorboard/run-<id>-<optimizer>/events.out.tfevents...`: the events `tf.summary`
   writes, built as TensorBoard protos and written as one TFRecord file (no op per row): scalar
   `metrics/<name>` for every scalar, `hyper/<name>` for every hyperparameter (its step
@@ -395,6 +396,8 @@ def _write_export(store: RunStore, run: dict[str, Any], run_id: int, out_dir: Pa
         "response_slices": _write_table(store.response_slices(run_id),
                                         directory / "response_slices"),
         "diagnostics": _write_table(diagnostics, directory / "diagnostics"),
+        "lr_range": _write_table(store.lr_range(run_id), directory / "lr_range"),
+        "landscape": _write_table(store.landscape(run_id), directory / "landscape"),
     }
     logdir = directory / "tensorboard" / f"run-{run_id}-{run['config']['optimizer']}"
     if tensorboard:

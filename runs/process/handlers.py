@@ -19,6 +19,9 @@ of a hyperparameter was checked against its spec where the command entered the s
   as a `step traces` row (old -> new count; the source says which change).
 * `set_speed`: the run loop sleeps between steps so that it trains at most this many steps per
   second.
+* `lr_range`: a learning-rate range test of a deep copy of the run (`engine.lr_range_sweep`),
+  in this process, where the weights are; the run waits meanwhile and does not move. Its
+  `lr_range` rows are flushed as the sweep goes (progress for the page).
 
 Runs in the run process only (TensorFlow); never imports Streamlit.
 """
@@ -30,8 +33,8 @@ from typing import TYPE_CHECKING
 from engine.record_rows import HyperChangeRow
 from optimizers.hyperparams import InvalidHyperparameter
 from runs.protocol import (SCHEDULE_NAMES, SLICE_HORIZON, SLICE_POINTS, Autotune,
-                           CheckHypergradients, NoPayload, Refused, ResponseSlice, SetHyper,
-                           SetSpeed)
+                           CheckHypergradients, LrRange, NoPayload, Refused, ResponseSlice,
+                           SetHyper, SetSpeed)
 
 if TYPE_CHECKING:
     from runs.process.run_loop import Handler, RunLoop
@@ -196,6 +199,29 @@ def _set_speed(run: RunLoop, command_id: int, payload: SetSpeed) -> None:
     run.steps_per_second = payload.steps_per_second
 
 
+def _lr_range(run: RunLoop, command_id: int, payload: LrRange) -> None:
+    from engine import lr_range, lr_range_sweep  # TensorFlow: this is the run process
+
+    engine = run.engine
+    if not hasattr(engine, "model"):
+        raise Refused("lr_range refused: this engine has no model to copy")
+    try:
+        state = (lr_range_sweep.copy_of_engine(engine) if payload.start == "current"
+                 else lr_range_sweep.fresh_state(engine.config, engine.device))
+    except ValueError as error:
+        raise Refused(_message(error)) from None
+
+    def emit(rows: list) -> None:
+        run.buffers["lr_range"] += rows
+        run.flush()
+
+    lr_range_sweep.sweep(*lr_range_sweep.state_functions(state),
+                         lr_range.rates(float(payload.lr_min), float(payload.lr_max),
+                                        payload.steps),
+                         request_id=command_id, emit=emit)
+    run.flush(wait=True)  # every row is readable once the command reads `done`
+
+
 # {command kind: handler}; `runs.protocol.PAYLOADS` declares the same kinds (tested)
 HANDLERS: dict[str, Handler] = {
     "set_hyper": _set_hyper,
@@ -207,4 +233,5 @@ HANDLERS: dict[str, Handler] = {
     "step": _step,
     "set_speed": _set_speed,
     "check_hypergradients": _check_hypergradients,
+    "lr_range": _lr_range,
 }

@@ -53,6 +53,7 @@ from engine.record_rows import ScalarRow
 from engine.diagnostics import recorder as diagnostics_recorder
 from optimizers.hyper_kinds import hyper_kinds_table
 from optimizers.routing import ROUTES_KEY
+from runs.process import landscape_hook
 from runs.protocol import Refused, parse
 from runs.store.connection import database_errors
 from runs.store.run_store import RunStore
@@ -121,7 +122,8 @@ class RunLoop:
         self.meter = recording.LossMeter()
         self.buffers: dict[str, list] = {k: [] for k in ("scalars", "slot_stats", "histograms",
                                                          "hyper_changes", "hypergradients",
-                                                         "response_slices")}
+                                                         "response_slices", "lr_range",
+                                                         "landscape")}
         self.paused = self.stop_requested = False
         self.single_steps = 0  # `step` commands not yet carried out (only while paused)
         self.steps_per_second: float | None = None  # `set_speed`; None = full speed
@@ -143,6 +145,7 @@ class RunLoop:
         self.after_first_step: Callable[[], None] | None = None  # e.g. lower the priority
         self.after_step: Callable[[], None] | None = None  # e.g. a checkpoint every few s
         self.diagnostics = diagnostics_recorder.for_engine(engine)  # None: all off
+        self.landscape = landscape_hook.for_run(self)  # None unless `path_landscape` is set
 
     # ----- store ------------------------------------------------------------------------
     def _write_loop(self) -> None:
@@ -307,6 +310,8 @@ class RunLoop:
             self.buffers.setdefault("diagnostics", []).extend(
                 self.diagnostics.rows(step, stats if record else None))
         self.step = step
+        if self.landscape is not None:
+            self.landscape.on_step(step)
         if step % self.eval_every == 0 or step == self.total:
             self.evaluate(step)
         if self.hyper is not None:

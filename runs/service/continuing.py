@@ -38,6 +38,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.record_rows import ROW_TYPES
+
+# Record tables whose `step` is a step of a sweep on a copy of the run (a learning-rate range
+# test), not of the run: a continued run keeps them.
+SWEEP_TABLES = frozenset({"lr_range"})
 from runs.protocol import QUEUED
 from runs.service import ownership, pool
 from runs.service.ownership import LOCAL, Caller
@@ -168,6 +172,8 @@ def continue_run(store: RunStore, run_id: int, caller: Caller = LOCAL,
                 raise ValueError(f"continue of run #{run_id} refused: its status changed "
                                  "meanwhile; look again")
             for table in ROW_TYPES:  # the starting values (`init`, step 1) always stay
+                if table in SWEEP_TABLES:
+                    continue  # their `step` counts a side sweep's steps, not the run's
                 keep = " AND source != 'init'" if table == "hyper_changes" else ""
                 con.execute(f"DELETE FROM {table} WHERE run_id = ? AND step > ?{keep}",
                             (run_id, from_step))

@@ -375,6 +375,33 @@ def check_hypergradients(store: RunStore, run_id: int, horizon: int = 5,
     return store.send_command(run_id, "check_hypergradients", {"horizon": horizon})
 
 
+def lr_range(store: RunStore, run_id: int, lr_min: float = protocol.lr_range.LR_MIN,
+             lr_max: float = protocol.lr_range.LR_MAX, steps: int = protocol.lr_range.STEPS,
+             start: str = "current", caller: Caller = LOCAL) -> int:
+    """Queue `lr_range`: a learning-rate range test of a copy of the run (from its `current`
+    state or its initial weights, `init`); returns the command id, which is the rows'
+    `request_id` (`RunStore.lr_range`). One pending per run: the run waits while it sweeps.
+
+    Raises:
+        NotOwner: `caller` does not own the run.
+        ValueError: the run is not active, a sweep `engine.lr_range.check` refuses, `start`
+            is not `current` or `init`, or a range test of this run is already pending.
+    """
+    _active_run(store, run_id, caller, "lr_range")
+    try:
+        payload = protocol.LrRange(lr_min=lr_min, lr_max=lr_max, steps=steps, start=start)
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ValueError(f"{field}={first['input']!r} refused: {message}" if field
+                         else message) from None
+    if store.pending_count("lr_range", run_id=run_id):
+        raise ValueError(f"lr_range of run #{run_id} refused: a range test is already pending "
+                         "for this run; wait for it to finish")
+    return store.send_command(run_id, "lr_range", payload.model_dump())
+
+
 def rename(store: RunStore, run_id: int, name: str, caller: Caller = LOCAL) -> None:
     """Rename a run (owner or teacher; a teacher's rename is recorded).
 

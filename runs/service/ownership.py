@@ -37,7 +37,7 @@ from runs.protocol import LIVE_STATUSES
 from runs.store.run_store import RunStore
 
 STEER_ACTIONS = ("set_hyper", "pause", "resume", "stop", "autotune", "response_slice",
-                 "check_hypergradients", "continue")
+                 "check_hypergradients", "continue", "lr_range")
 ACTIONS = STEER_ACTIONS + ("rename", "delete", "take_control")
 TEACHER_ACTIONS = ("stop", "rename", "delete")
 TEACHER_SECRET_ENV = "OPTIMIZER_LAB_TEACHER_SECRET"

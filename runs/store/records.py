@@ -22,6 +22,8 @@ from engine.record_rows import (
     HistogramRow,
     HyperChangeRow,
     HypergradientRow,
+    LandscapeRow,
+    LrRangeRow,
     ResponseSliceRow,
     ScalarRow,
     SlotStatRow,
@@ -53,7 +55,7 @@ class Records:
     # What the store offers under its own name (`RunStore.__getattr__`).
     PUBLIC = ("append", "import_run", "scalars", "hyper_changes", "slot_stats", "histograms",
               "last_scalars", "hypergradients", "response_slices", "diagnostics", "frame",
-              "scalars_since")
+              "scalars_since", "lr_range", "landscape")
 
     def __init__(self, connect: Connect, immediate: Connect):
         self._connect = connect
@@ -71,6 +73,8 @@ class Records:
         hypergradients: Iterable[HypergradientRow] = (),
         response_slices: Iterable[ResponseSliceRow] = (),
         diagnostics: Iterable[DiagnosticRow] = (),
+        lr_range: Iterable[LrRangeRow] = (),
+        landscape: Iterable[LandscapeRow] = (),
         step: int | None = None,
     ) -> None:
         """Append one batch of records in a single transaction and refresh the heartbeat.
@@ -88,7 +92,8 @@ class Records:
         now = time.time()
         batches = {"scalars": scalars, "slot_stats": slot_stats, "histograms": histograms,
                    "hyper_changes": hyper_changes, "hypergradients": hypergradients,
-                   "response_slices": response_slices, "diagnostics": diagnostics}
+                   "response_slices": response_slices, "diagnostics": diagnostics,
+                   "lr_range": lr_range, "landscape": landscape}
         params = {table: record_rows.stored_params(table, run_id, rows, now)
                   for table, rows in batches.items()}
         with self._connect() as con:
@@ -310,3 +315,19 @@ class Records:
             params += list(names)
         return self.frame("SELECT step, name, variable, value, seconds FROM diagnostics"
                           f" WHERE {where} ORDER BY step, rowid", params)
+
+    def lr_range(self, run_id: int, request_id: int | None = None) -> pd.DataFrame:
+        """`request_id, step, learning_rate, loss` rows of a run's learning-rate range tests
+        (one request, or all), by request then step (`engine.lr_range` analyses them)."""
+        where, params = ("", (run_id,)) if request_id is None else (
+            " AND request_id = ?", (run_id, request_id))
+        return self.frame("SELECT request_id, step, learning_rate, loss FROM lr_range"
+                          f" WHERE run_id = ?{where} ORDER BY request_id, step", params)
+
+    def landscape(self, run_id: int, kind: str | None = None) -> pd.DataFrame:
+        """`step, kind, x, y, loss` rows of the landscape along a run's path (`kind` "grid",
+        "path", "line", "distance", or all; `engine.record_rows.LandscapeRow`), by kind, step,
+        x, y."""
+        where, params = ("", (run_id,)) if kind is None else (" AND kind = ?", (run_id, kind))
+        return self.frame("SELECT step, kind, x, y, loss FROM landscape"
+                          f" WHERE run_id = ?{where} ORDER BY kind, step, x, y", params)

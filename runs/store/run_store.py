@@ -377,7 +377,8 @@ class RunStore:
         """Remove a run and all its records (not its `run_events`)."""
         with self._connect() as con:
             for table in ("scalars", "hyper_changes", "slot_stats", "histograms", "commands",
-                          "hypergradients", "response_slices", "diagnostics"):
+                          "hypergradients", "response_slices", "diagnostics", "lr_range",
+                          "landscape"):
                 con.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
             con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 

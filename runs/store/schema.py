@@ -22,7 +22,8 @@ _SQL_TYPES = {"int": "INTEGER NOT NULL", "str": "TEXT NOT NULL", "float": "REAL"
               "float | None": "REAL", "Sequence[int]": "TEXT NOT NULL"}
 # Columns a value must reach even though the field is a plain float (the new value of a
 # hyperparameter change; the hyperparameter value of a response-slice point).
-_NOT_NULL = {("hyper_changes", "new"), ("response_slices", "value")}
+_NOT_NULL = {("hyper_changes", "new"), ("response_slices", "value"),
+             ("lr_range", "learning_rate"), ("landscape", "x"), ("landscape", "y")}
 _DEFAULTS = {("response_slices", "center"): "0"}  # a point is not the centre unless marked
 # Columns the store adds after the row's fields (`STORED_AFTER`): Unix seconds of the batch.
 _STORED_AFTER_TYPE = "REAL NOT NULL"
@@ -94,6 +95,8 @@ CREATE INDEX IF NOT EXISTS commands_run ON commands (run_id, status);
 CREATE INDEX IF NOT EXISTS hypergradients_run ON hypergradients (run_id, step);
 CREATE INDEX IF NOT EXISTS response_slices_run ON response_slices (run_id, request_id);
 CREATE INDEX IF NOT EXISTS diagnostics_run ON diagnostics (run_id, name, step);
+CREATE INDEX IF NOT EXISTS lr_range_run ON lr_range (run_id, request_id, step);
+CREATE INDEX IF NOT EXISTS landscape_run ON landscape (run_id, kind, step);
 CREATE TABLE IF NOT EXISTS run_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     run_id INTEGER NOT NULL, created REAL NOT NULL, kind TEXT NOT NULL,
