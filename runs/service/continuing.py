@@ -38,10 +38,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.record_rows import ROW_TYPES
-
-# Record tables whose `step` is a step of a sweep on a copy of the run (a learning-rate range
-# test), not of the run: a continued run keeps them.
-SWEEP_TABLES = frozenset({"lr_range"})
 from runs.protocol import QUEUED
 from runs.service import ownership, pool
 from runs.service.ownership import LOCAL, Caller
@@ -49,6 +45,10 @@ from runs.store import checkpoint_files as files
 from runs.store.checkpoint_files import FAILED_EVENT, CheckpointError
 from runs.store.processes import same_process_alive
 from runs.store.run_store import RunStore
+
+# Record tables whose `step` is a step of a sweep on a copy of the run (a learning-rate range
+# test), not of the run: a continued run keeps them.
+SWEEP_TABLES = frozenset({"lr_range"})
 
 CONTINUABLE = ("interrupted", "stopped", "failed")
 EVENT = "continue"  # the `run_events` kind of a continue
