@@ -78,7 +78,7 @@ def should_stop(losses: Sequence[float]) -> bool:
     return not math.isfinite(last) or last > STOP_FACTOR * min(losses)
 
 
-def smooth(losses: Sequence[float], beta: float = SMOOTHING) -> np.ndarray:
+def smooth(losses: Sequence[float] | np.ndarray, beta: float = SMOOTHING) -> np.ndarray:
     """float64 [n]: the debiased exponential moving average of `losses` (see the docstring);
     a non-finite loss stays non-finite from there on."""
     out, average = np.empty(len(losses)), 0.0

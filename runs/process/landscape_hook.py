@@ -65,9 +65,9 @@ def for_run(run: RunLoop) -> LandscapeHook | None:
     engine has a model (not a stand-in); None otherwise. Call it before the first step: the
     model's weights now are theta_0."""
     engine = run.engine
-    config = getattr(engine, "config", None)
+    config: Any = getattr(engine, "config", None)
     seed = getattr(config, "path_landscape", 0)
-    if not seed or not hasattr(engine, "model"):
+    if not seed or config is None or not hasattr(engine, "model"):
         return None
     from engine.path_landscape import PathLandscape  # TensorFlow: this is the run process
 
