@@ -192,6 +192,24 @@ def test_callables_tensors_and_variables_serialize_as_their_value(name):
     assert opt.get_config()[other] == value / 2
 
 
+def test_the_config_keras_writes_round_trips():
+    """What Keras itself writes: SGD with momentum has its `decay` key, and a schedule's own
+    `get_config` (`"name": None`, float `decay_steps`) goes back through `from_config`."""
+    from optimizers.sgd import SGD
+
+    config = SGD(momentum=0.9).get_config()
+    assert config["decay"] == 0.0 and config["momentum"] == pytest.approx(0.9)
+    schedule = tf_keras.optimizers.schedules.InverseTimeDecay(0.1, 10.0, 0.5)
+    written = json.loads(json.dumps(Adam(learning_rate=schedule).get_config()))
+    assert written["learning_rate"]["config"]["name"] is None
+    assert written["learning_rate"]["config"]["decay_steps"] == 10.0
+    clone = Adam.from_config(written)
+    rebuilt = clone._hyper["learning_rate"]
+    assert type(rebuilt).__name__ == "InverseTimeDecay"
+    assert float(rebuilt(20)) == pytest.approx(0.1 / (1 + 0.5 * 20 / 10.0), rel=1e-6)
+    assert json.loads(json.dumps(clone.get_config())) == written
+
+
 # ----- refusals --------------------------------------------------------------------------------
 BAD_CONFIGS = [
     ("unknown class", {"class_name": "LambdaSchedule", "config": {}},
