@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
+from engine.record_rows import VAL_LOSS_AT_VARIABLES
 from schedules.table import EFFECTIVE_LR
 
 # Rows per series read for a chart: a 200,000-step run recorded without decimation would
@@ -256,7 +257,9 @@ def loss_figure(
     """Training loss (every recorded step) and validation loss (every `eval_every` steps).
 
     Args:
-        scalars: long table `step, name, value` (names `train_loss`, `val_loss`).
+        scalars: long table `step, name, value` (names `train_loss`, `val_loss`, and for a
+            schedule-free optimizer `engine.record_rows.VAL_LOSS_AT_VARIABLES`: the validation
+            loss at y, drawn dotted beside `val_loss` at x).
         uirevision: kept in `layout.uirevision` so zoom survives refreshes.
         log_y: logarithmic loss axis.
         changes: `hyper_changes` rows; `user` / `auto-tune` ones get a vertical marker.
@@ -276,11 +279,18 @@ def loss_figure(
         fig.add_trace(go.Scatter(x=steps, y=values, name="train loss", mode="lines",
                                  marker={"size": 5}, line={"color": qualitative.Plotly[0]}))
     rows = _series(scalars, "val_loss")
+    at_y = _series(scalars, VAL_LOSS_AT_VARIABLES)
     if not rows.empty:
         fig.add_trace(go.Scatter(
-            x=rows["step"].to_numpy(), y=rows["value"].to_numpy(float), name="val loss",
+            x=rows["step"].to_numpy(), y=rows["value"].to_numpy(float),
+            name="val loss at x (the answer)" if not at_y.empty else "val loss",
             mode=point_mode(len(rows)), marker={"size": 5}, line={"color": qualitative.Plotly[1]},
         ))
+    if not at_y.empty:  # schedule-free: the training point y beside the average x
+        fig.add_trace(go.Scatter(
+            x=at_y["step"].to_numpy(), y=at_y["value"].to_numpy(float),
+            name="val loss at y (the gradients' point)", mode=point_mode(len(at_y)),
+            marker={"size": 5}, line={"color": qualitative.Plotly[1], "dash": "dot"}))
     last = int(scalars["step"].max()) if scalars is not None and not scalars.empty else 0
     change_markers(fig, changes, span=last or None)
     schedule_lines(fig, schedule_marks)

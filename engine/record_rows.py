@@ -21,6 +21,11 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 
+# The scalar series of the validation loss at the variables (y) of an optimizer evaluated at
+# another point (schedule-free: `val_loss` is at its average x, `engine.eval_point`).
+VAL_LOSS_AT_VARIABLES = "val_loss (at y)"
+
+
 class ScalarRow(NamedTuple):
     """One scalar (`train_loss`, `val_loss`, `val_accuracy`, ...) at a step."""
 

@@ -143,6 +143,9 @@ class Engine:
         self._last_level = HISTOGRAMS  # a retrace traces the level last used right away
         self._compile_train(HISTOGRAMS)  # a run's step 1 records histograms
         self._eval = tf.function(self._eval_step).get_concrete_function()
+        # an optimizer with its own evaluation point (schedule-free: the average x) is also
+        # evaluated where its gradients are taken (y, what the variables hold), traced lazily
+        self._eval_at_variables: Callable[[], Any] | None = None
 
     def _compile_train(self, level: int) -> None:
         """Start a new compile of the train step (`traces` + 1) and trace `level`'s function
@@ -319,9 +322,25 @@ class Engine:
             return step(tf.constant(self.order.next()))
 
     def evaluate(self) -> tuple[float, float]:
-        """(validation loss in nats, validation accuracy in [0, 1]) on the whole split."""
+        """(validation loss in nats, validation accuracy in [0, 1]) on the whole split, at the
+        optimizer's evaluation point (`engine.eval_point`)."""
         loss, accuracy = self._eval()
         return float(loss), float(accuracy)
+
+    def has_eval_point(self) -> bool:
+        """True when the optimizer answers with another point than its variables (a
+        schedule-free optimizer's average x, `eval_weights`)."""
+        return getattr(self.optimizer, "eval_weights", None) is not None
+
+    def evaluate_at_variables(self) -> float:
+        """The validation loss (nats) at what the variables hold (a schedule-free optimizer's
+        y, where its gradients are taken), beside `evaluate`'s loss at x."""
+        if self._eval_at_variables is None:
+            def at_variables() -> tf.Tensor:
+                with tf.device(self.device):
+                    return self._eval_here()[0]
+            self._eval_at_variables = tf.function(at_variables).get_concrete_function()
+        return float(self._eval_at_variables())
 
     def hyper_variables(self) -> list[dict[str, Any]]:
         """`{name, variable, dtype, shape, value}` for every `_hyper` entry that is a variable,

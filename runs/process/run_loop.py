@@ -49,7 +49,7 @@ import numpy as np
 
 from engine import recording
 from engine.models import variable_label
-from engine.record_rows import ScalarRow
+from engine.record_rows import VAL_LOSS_AT_VARIABLES, ScalarRow
 from engine.diagnostics import recorder as diagnostics_recorder
 from optimizers.hyper_kinds import hyper_kinds_table
 from optimizers.routing import ROUTES_KEY
@@ -66,6 +66,7 @@ META_EVERY_S = 2.0
 # long. Generous because browsers throttle the timers of hidden tabs to about once a minute.
 TAB_CLOSED_AFTER_S = 150.0
 TAB_CHECK_EVERY_S = 5.0
+
 
 
 class Diverged(Exception):
@@ -276,6 +277,10 @@ class RunLoop:
             raise Diverged(f"diverged at step {step}: val_loss is not finite ({loss})")
         self.buffers["scalars"] += [ScalarRow(step, "val_loss", loss),
                                     ScalarRow(step, "val_accuracy", accuracy)]
+        if getattr(self.engine, "has_eval_point", lambda: False)():
+            # schedule-free: `val_loss` is at the average x; y is where gradients are taken
+            self.buffers["scalars"].append(
+                ScalarRow(step, VAL_LOSS_AT_VARIABLES, self.engine.evaluate_at_variables()))
 
     def one_step(self) -> None:
         step = self.step + 1
