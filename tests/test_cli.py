@@ -157,7 +157,7 @@ def test_autotune_flag_syntax_is_checked_by_argparse(capsys):
     assert "argument --autotune: 'learning_rate' is not NAME=X" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "65", "1.5"])
+@pytest.mark.parametrize("value", ["abc", "0", "1025", "1.5"])
 def test_bad_pool_size_is_one_line_naming_the_variable(value, tmp_path, monkeypatch, capsys):
     """`OPTIMIZER_LAB_POOL_SIZE=abc optimizer-lab train`: one line naming the variable, no
     traceback."""
@@ -168,7 +168,7 @@ def test_bad_pool_size_is_one_line_naming_the_variable(value, tmp_path, monkeypa
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert f"OPTIMIZER_LAB_POOL_SIZE={value!r} refused" in err and "[1, 64]" in err, err
+    assert f"OPTIMIZER_LAB_POOL_SIZE={value!r} refused" in err and "[1, 1024]" in err, err
     assert not store.exists()  # refused before the store was touched
 
 

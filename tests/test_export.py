@@ -141,7 +141,11 @@ def test_csv_and_parquet_tables(exported):
     wide_csv = pd.read_csv(paths.tables["metrics"])
     wide_parquet = pd.read_parquet(paths.tables["metrics"].with_suffix(".parquet"))
     hypers = ["hyper/learning_rate", "hyper/beta_1", "hyper/beta_2", "hyper/epsilon"]
-    assert list(wide_csv.columns) == ["step", "train_loss", "val_loss", "val_accuracy", *hypers]
+    # every run records the effective learning rate (`_decayed_lr`) on its recorded steps
+    assert list(wide_csv.columns) == ["step", "train_loss", "val_loss", "val_accuracy",
+                                      "learning_rate (effective)", *hypers]
+    assert wide_csv["learning_rate (effective)"].dropna().tolist() == pytest.approx(
+        [0.01] * wide_csv["train_loss"].notna().sum(), rel=1e-6)
     assert list(wide_parquet.columns) == list(wide_csv.columns)
     assert len(wide_csv) == len(wide_parquet) == STEPS + 1
     assert wide_csv["step"].tolist() == list(range(STEPS + 1))

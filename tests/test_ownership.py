@@ -62,6 +62,7 @@ COMMANDS = {
                                                                      caller=c)),
     "check_hypergradients": (False, lambda s, r, c: control.check_hypergradients(
         s, r, 3, caller=c)),
+    "lr_range": (False, lambda s, r, c: control.lr_range(s, r, caller=c)),
     "rename": (False, lambda s, r, c: control.rename(s, r, "renamed", caller=c)),
     "delete": (True, lambda s, r, c: control.delete(s, r, caller=c)),
     "take_control": (False, lambda s, r, c: control.take_control(s, r, c)),

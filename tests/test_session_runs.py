@@ -88,7 +88,7 @@ def test_heartbeat_touches_only_this_sessions_live_runs(store):
 
 @SQLITE_ONLY
 def test_a_refused_warm_worker_setting_does_not_stop_the_heartbeat(store, monkeypatch):
-    """From the second beat on the heartbeat keeps warm workers; a refused
+    """From the first beat on the heartbeat keeps the run hosts; a refused
     OPTIMIZER_LAB_WARM_WORKERS is one caption, and the session's runs are still touched."""
     from runs.service import pool
 
@@ -100,7 +100,7 @@ def test_a_refused_warm_worker_setting_does_not_stop_the_heartbeat(store, monkey
     at.run()  # the second beat
     assert not at.exception, at.exception
     assert store.run(mine)["viewer_heartbeat"] >= before
-    assert any("warm workers off" in c.value and "'maybe' refused" in c.value
+    assert any("run hosts off" in c.value and "'maybe' refused" in c.value
                for c in at.sidebar.caption)
 
 

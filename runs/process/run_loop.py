@@ -195,7 +195,7 @@ class RunLoop:
     def save_optimizer(self) -> None:
         opt = self.engine.optimizer
         config = _jsonable(opt.get_config())
-        config.update(_slot_routes(opt, self.engine.variables))
+        config.update(_slot_routes(opt, getattr(self.engine, "variables", [])))
         self.store.update_run(self.run_id, optimizer_config=config,
                               hyper_variables=self.engine.hyper_variables(),
                               hyper_kinds=_hyper_kinds(opt, self.engine))
