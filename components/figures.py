@@ -243,6 +243,14 @@ def learning_rate_figure(
         fig.add_vline(x=int(now_step), line={"color": "black", "width": 1},
                       annotation_text=f"you are here (step {int(now_step):,})",
                       annotation_position="top left", annotation_font_size=10)
+        # plotly's autorange makes room for annotations: in a narrow chart the label alone
+        # would stretch the axis to negative steps
+        xs = [int(x) for x in (planned[0] if planned is not None and len(planned[0]) else [])]
+        if rows is not None and not rows.empty:
+            xs += [int(rows["step"].min()), int(rows["step"].max())]
+        xs.append(int(now_step))
+        if min(xs) < max(xs):
+            fig.update_xaxes(range=[min(xs), max(xs)])
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="learning rate", type="log" if log_y else "linear",
                      exponentformat="e")

@@ -283,3 +283,14 @@ def test_change_labels_close_together_share_one_label_and_stride_is_in_the_legen
     (stride,) = [t for t in fig.data if t.name.startswith("recording stride")]
     assert stride.name == "recording stride: 10-step means from step 1,000"
     assert stride.line.dash == "dash"
+
+
+def test_the_learning_rate_chart_marks_the_current_step_without_stretching_its_axis():
+    """"You are here" at the run's step; the axis stays on the steps drawn (plotly would make
+    room for the label, down to negative steps in the narrow sidebar preview)."""
+    steps = np.arange(1, 2001)
+    fig = figures.learning_rate_figure((steps, 0.01 * 0.9 ** (steps / 100)), now_step=513)
+    (line,) = [s for s in fig.layout.shapes if s.x0 == 513]
+    assert line.x1 == 513
+    assert any(a.text == "you are here (step 513)" for a in fig.layout.annotations)
+    assert tuple(fig.layout.xaxis.range) == (1, 2000)
