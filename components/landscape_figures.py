@@ -56,8 +56,10 @@ def add_playback(fig: go.Figure, trajectories: pd.DataFrame, labels: Sequence[st
     play = {"frame": {"duration": 80, "redraw": False}, "fromcurrent": False,
             "transition": {"duration": 0}}
     fig.update_layout(
-        updatemenus=[{"type": "buttons", "direction": "left", "x": 0.0, "y": 1.0,
-                      "xanchor": "left", "yanchor": "bottom", "pad": {"b": 4},
+        # the buttons top right (the title is top left), the replay slider under the plot and
+        # the legend under the slider, with the room for both (a narrow column overlapped them)
+        updatemenus=[{"type": "buttons", "direction": "left", "x": 1.0, "y": 1.0,
+                      "xanchor": "right", "yanchor": "bottom", "pad": {"b": 4},
                       "buttons": [{"label": "▶ Play from 0", "method": "animate",
                                    "args": [None, play]},
                                   {"label": "❚❚", "method": "animate",
@@ -68,7 +70,9 @@ def add_playback(fig: go.Figure, trajectories: pd.DataFrame, labels: Sequence[st
                   "steps": [{"label": str(stop), "method": "animate",
                              "args": [[str(stop)], {"mode": "immediate",
                                                     "frame": {"duration": 0, "redraw": False}}]}
-                            for stop in stops]}])
+                            for stop in stops]}],
+        margin={"l": 10, "r": 10, "t": 40, "b": 150}, height=(fig.layout.height or 520) + 110,
+        legend={"orientation": "h", "yanchor": "top", "y": -0.4, "xanchor": "left", "x": 0.0})
 
 
 def contour_figure(
@@ -125,8 +129,6 @@ def contour_figure(
             x=[m[0] for m in minima], y=[m[1] for m in minima], mode="markers", name="minimum",
             marker={"symbol": "star", "size": 16, "color": "gold", "line": {"color": "black", "width": 1}},
         ))
-    if labels and frames > 1:
-        add_playback(fig, trajectories, labels, frames)
     fig.update_layout(
         title={"text": title, "x": 0.0}, height=height, uirevision=uirevision,
         margin={"l": 10, "r": 10, "t": 40, "b": 40},
@@ -134,6 +136,8 @@ def contour_figure(
         yaxis={"range": [ys[0], ys[-1]], "title": "y"},
         legend={"orientation": "h", "yanchor": "top", "y": -0.17, "xanchor": "left", "x": 0.0},
     )
+    if labels and frames > 1:  # after the layout: the playback moves the legend down
+        add_playback(fig, trajectories, labels, frames)
     return fig
 
 
