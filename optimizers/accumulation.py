@@ -9,7 +9,7 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers.adam import Adam
-from optimizers.base import RuleOptimizer
+from optimizers.base import DensifiedSparse, RuleOptimizer
 from optimizers.wrapping import Wrapper
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
 from optimizers.catalog import MAX_ACCUMULATION_STEPS
@@ -26,7 +26,7 @@ class AccumulationSlots(NamedTuple):
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
-class GradientAccumulation(Wrapper, RuleOptimizer):
+class GradientAccumulation(DensifiedSparse, Wrapper, RuleOptimizer):
     """Average the gradients of `accumulation_steps` micro-batches, then apply the inner rule.
 
     Update for each variable `var` with micro-batch gradient `grad` at micro step
@@ -137,10 +137,6 @@ class GradientAccumulation(Wrapper, RuleOptimizer):
         new_slots["grad_accum"] = tf.where(apply, tf.zeros_like(acc), acc)
         return tf.where(apply, new_var, var), new_slots
 
-    def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
-        """Densify the `IndexedSlices` gradient and run the dense update (see class docstring)."""
-        dense = tf.math.unsorted_segment_sum(grad, indices, num_segments=tf.shape(var)[0])
-        return self._resource_apply_dense(dense, var, apply_state)
 
     # ----- serialization --------------------------------------------------------------------
     def get_config(self) -> dict[str, Any]:

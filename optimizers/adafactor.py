@@ -10,7 +10,7 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
-from optimizers.base import RuleOptimizer
+from optimizers.base import DensifiedSparse, RuleOptimizer
 from optimizers.rules import safe_sqrt
 
 
@@ -103,7 +103,7 @@ def adafactor_update(
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
-class Adafactor(RuleOptimizer):
+class Adafactor(DensifiedSparse, RuleOptimizer):
     """Adafactor (Shazeer & Stern 2018, arXiv:1804.04235, Algorithms 4-5): Adam's second moment
     stored as row and column means, no first moment, a step relative to the weights' scale.
 
@@ -180,14 +180,3 @@ class Adafactor(RuleOptimizer):
     def update(self, grad, var, slots, coeffs):
         return adafactor_update(grad, var, slots, coeffs)
 
-    def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
-        """Densify the `IndexedSlices` gradient and run the dense update (see class docstring).
-
-        Args:
-            grad: [n_indices, *var.shape[1:]] gradient rows (unique `indices`).
-            var: the variable, [n_rows, ...].
-            indices: int tensor [n_indices].
-            apply_state: as in `_resource_apply_dense`.
-        """
-        dense = tf.math.unsorted_segment_sum(grad, indices, num_segments=tf.shape(var)[0])
-        return self._resource_apply_dense(dense, var, apply_state)

@@ -159,6 +159,26 @@ class DeclaredSlots:
                               shape=None if shape == var.shape else shape)
 
 
+
+class DensifiedSparse:
+    """Mixin for a rule whose sparse update is its dense one: `tf.IndexedSlices` gradient rows
+    are summed into a dense gradient of the variable's shape and the dense update runs (every
+    row moves, every slot decays), as Keras 3 does for optimizers it does not update lazily.
+    Put it before `RuleOptimizer` in the bases."""
+
+    def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
+        """Densify the gradient and run `_resource_apply_dense`.
+
+        Args:
+            grad: [n_indices, *var.shape[1:]] gradient rows (unique `indices`).
+            var: the variable, [n_rows, ...].
+            indices: int tensor [n_indices].
+            apply_state: as in `_resource_apply_dense`.
+        """
+        dense = tf.math.unsorted_segment_sum(grad, indices, num_segments=tf.shape(var)[0])
+        return self._resource_apply_dense(dense, var, apply_state)  # type: ignore[attr-defined]
+
+
 class RuleOptimizer(DeclaredSlots, LegacyOptimizer):
     """Base class of every optimizer of the lab (an OptimizerV2 whose maths is a pure rule).
 

@@ -10,7 +10,7 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
-from optimizers.base import RuleOptimizer
+from optimizers.base import DensifiedSparse, RuleOptimizer
 from optimizers.routing import muon_route
 from optimizers.rules import keras_epsilon, safe_sqrt
 
@@ -157,7 +157,7 @@ def muon_update(
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
-class Muon(RuleOptimizer):
+class Muon(DensifiedSparse, RuleOptimizer):
     """Muon (Jordan et al. 2024; Liu et al. 2025, arXiv:2502.16982): SGD-momentum whose update
     matrix is orthogonalised by a Newton-Schulz iteration, AdamW for the other variables.
 
@@ -260,17 +260,6 @@ class Muon(RuleOptimizer):
     def update(self, grad, var, slots, coeffs):
         return muon_update(grad, var, slots, coeffs, self.nesterov, self.ns_steps)
 
-    def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
-        """Densify the `IndexedSlices` gradient and run the dense update (see class docstring).
-
-        Args:
-            grad: [n_indices, *var.shape[1:]] gradient rows (unique `indices`).
-            var: the variable, [n_rows, ...].
-            indices: int tensor [n_indices].
-            apply_state: as in `_resource_apply_dense`.
-        """
-        dense = tf.math.unsorted_segment_sum(grad, indices, num_segments=tf.shape(var)[0])
-        return self._resource_apply_dense(dense, var, apply_state)
 
     def get_config(self):
         """`RuleOptimizer.get_config` plus `exclude_layers` (a list, not a catalog option)."""

@@ -10,7 +10,7 @@ import tensorflow as tf
 import tf_keras
 
 from optimizers import catalog  # HYPERPARAMETERS / OPTIONS: declared once, TF-free
-from optimizers.base import RuleOptimizer
+from optimizers.base import DensifiedSparse, RuleOptimizer
 from optimizers.rules import safe_sqrt
 
 
@@ -138,7 +138,7 @@ def schedule_free_update(
 
 
 @tf_keras.saving.register_keras_serializable(package="OptimizerLab")
-class ScheduleFreeAdamW(RuleOptimizer):
+class ScheduleFreeAdamW(DensifiedSparse, RuleOptimizer):
     """Schedule-Free AdamW (Defazio et al. 2024, arXiv:2405.15682, Algorithm 1): no schedule;
     the gradient is taken at an interpolation y of an SGD-like iterate z and their average x.
 
@@ -253,14 +253,3 @@ class ScheduleFreeAdamW(RuleOptimizer):
                                   tf.cast(beta_1, var.dtype)))
         return out
 
-    def _resource_apply_sparse(self, grad, var, indices, apply_state=None):
-        """Densify the `IndexedSlices` gradient and run the dense update (see class docstring).
-
-        Args:
-            grad: [n_indices, *var.shape[1:]] gradient rows (unique `indices`).
-            var: the variable, [n_rows, ...].
-            indices: int tensor [n_indices].
-            apply_state: as in `_resource_apply_dense`.
-        """
-        dense = tf.math.unsorted_segment_sum(grad, indices, num_segments=tf.shape(var)[0])
-        return self._resource_apply_dense(dense, var, apply_state)
