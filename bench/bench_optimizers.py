@@ -122,8 +122,9 @@ CASES = {
                lambda on: LEGACY.Adamax(_lr(on, 1e-3), **_decay(on))),
     "ftrl": (lambda on, f: Ftrl(_lr(on, 1e-3), **_decay(on), fused=f),
              lambda on: LEGACY.Ftrl(_lr(on, 1e-3), **_decay(on))),
-    "nadam": (lambda on, f: Nadam(_lr(on, 1e-3), **_decay(on), fused=f),
-              lambda on: LEGACY.Nadam(_lr(on, 1e-3), **_decay(on))),
+    # Keras 2's Nadam refuses a schedule: "on" is the legacy decay only, for both
+    "nadam": (lambda on, f: Nadam(1e-3, **_decay(on), fused=f),
+              lambda on: LEGACY.Nadam(1e-3, **_decay(on))),
     # Keras 3's algorithms: the reference is the keras.optimizers built-in on a Keras 3 MLP of
     # the same shape and start (`keras3_mlp`); no fused kernel exists, so fused = pure
     "lion k3": (lambda on, f: Lion(_lr(on, 1e-4), fused=f),
