@@ -203,6 +203,18 @@ def schedule_free_live(w, state, g, t, lr):
     return _schedule_free(w, state, g, t, lr, "live")
 
 
+def schedule_free_live_mean(steps: int = 30, lr: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
+    """(y after `steps` steps of `schedule_free_live` on `problem()`, the mean of the z's it
+    went through): equal, because the live reference makes y_{t+1} = (1 - 1/t) y_t + z_{t+1}/t."""
+    w, gradient = problem()
+    state: dict = {}
+    zs = []
+    for t in range(1, steps + 1):
+        w, state = schedule_free_live(w, state, gradient(w, t), t, lr)
+        zs.append(state["z"])
+    return w, np.mean(zs, axis=0)
+
+
 # Epsilon: the lab registers it with `_set_hyper` (a tf.Variable: live changes, hyper-gradients);
 # Keras 2 keeps a plain float ("epsilon is set regularly, as it's never needed as a tensor
 # variable"), a constant of the traced step. Its cost, measured with bench/bench_optimizers.py

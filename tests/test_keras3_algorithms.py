@@ -22,6 +22,7 @@ from hypergrad.forward import ForwardModeTrainer
 from hypergrad.reverse import (central_difference, read_state, relative_error,
                                reverse_hypergradient)
 from optimizers import registry
+from teaching import keras3_parity
 from tests.numpy_reference import REFERENCES, initial_slots
 from tests.test_hypergradients import make_problem, run_forward
 from tests.test_optimizer_rules import float32_hypers
@@ -50,19 +51,10 @@ KERAS3 = {
         lambda opt: {"z": opt._momentums, "v": opt._velocities}),
 }
 
-RNG = np.random.default_rng(0)
-# The parity model: a dense tanh layer (kernel [6, 4], bias [4]) and a rank-3 kernel [2, 3, 4]
-# read through an einsum, so that every rank an optimizer treats differently (Adafactor: 1-D vs
-# factored) is there.
-INIT = [RNG.normal(size=(6, 4)), RNG.normal(size=4), RNG.normal(size=(2, 3, 4))]
-BATCHES = [(RNG.normal(size=(5, 6)), RNG.normal(size=(5, 4)), RNG.normal(size=(5, 2, 3)))
-           for _ in range(STEPS)]
-
-
-def model_loss(w, b, k, batch):
-    x, y, z = (tf.constant(a, tf.float32) for a in batch)
-    hidden = tf.tanh(x @ w + b + tf.einsum("nij,ijk->nk", z, k))
-    return tf.reduce_mean(tf.square(hidden - y))
+# The parity model the Keras 3 page uses: a dense tanh layer (kernel [6, 4], bias [4]) and a
+# rank-3 kernel [2, 3, 4] read through an einsum, so that every rank an optimizer treats
+# differently (Adafactor: 1-D vs factored) is there.
+INIT, BATCHES, model_loss = keras3_parity.problem(STEPS)
 
 
 def train_pair(name: str):
