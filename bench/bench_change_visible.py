@@ -105,9 +105,9 @@ def main(argv: list[str] | None = None) -> int:
             browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=ARGS)
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(f"{url}/train?optimizer=adam&steps=1000000", timeout=120_000)
-            page.get_by_role("button", name="Start").wait_for(timeout=120_000)
+            page.get_by_role("button", name="Start", exact=True).wait_for(timeout=120_000)
             page.wait_for_timeout(1500)
-            page.get_by_role("button", name="Start").click()
+            page.get_by_role("button", name="Start", exact=True).click()
             page.wait_for_function("() => /status running · step [1-9]/.test(document.body."
                                    "innerText)", timeout=300_000)
             page.wait_for_timeout(2000)

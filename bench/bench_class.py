@@ -420,8 +420,8 @@ def compare(args: argparse.Namespace) -> None:
                 pages.append(page)
                 counters.append(counter)
             for page in pages:
-                page.get_by_role("button", name="Start").wait_for(timeout=180_000)
-                page.get_by_role("button", name="Start").click()
+                page.get_by_role("button", name="Start", exact=True).wait_for(timeout=180_000)
+                page.get_by_role("button", name="Start", exact=True).click()
             deadline = time.monotonic() + args.duration
             while time.monotonic() < deadline:
                 pages[0].wait_for_timeout(500)

@@ -199,7 +199,7 @@ def chrome_pss_by_type() -> dict[str, int]:
 def open_run(page, url: str, run_id: int, timeout_ms: float = 120_000) -> None:
     """Open the Train page and pick `run_id` in its run selector (unless already shown)."""
     page.goto(f"{url}/train")
-    page.get_by_role("button", name="Start").wait_for(timeout=timeout_ms)
+    page.get_by_role("button", name="Start", exact=True).wait_for(timeout=timeout_ms)
     shown = page.get_by_text(re.compile(rf"Run #{run_id} · status"))
     if shown.count() == 0:
         page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').first.click()
