@@ -5,6 +5,7 @@
 * A refresh sends only the new points (a patch on the drawn figure): the loss curve grows.
 * A live learning-rate change shows as a marker on the loss curve.
 * A hidden tab (Page Visibility API) asks for a refresh every 5 s, a shown one twice a second.
+* A server short of CPU for its live pages slows every page's refresh, and the page says so.
 * The page paints (Start usable) before the plugin check answers, says the check is running,
   and lists the plugin optimizer by itself when the check ends.
 """
@@ -202,4 +203,30 @@ def test_train_paints_before_the_plugin_check_and_lists_the_plugin_when_it_ends(
         page.get_by_text("checking optimizer plugins", exact=False).wait_for(state="detached")
         page.get_by_test_id("stSidebar").get_by_role("combobox").first.click()
         page.get_by_role("option", name="slowsgd").wait_for()
+        browser.close()
+
+
+def test_a_server_short_of_cpu_slows_every_live_page_and_says_so(tmp_path):
+    """The pace (components.refresh_pace): with a CPU budget far below one refresh's cost,
+    the page resets its timer to the slowest pace within `REPACE_AFTER_S` of its run starting,
+    refreshes that seldom, and says why under the run."""
+    api = playwright_api()
+    with streamlit_server(tmp_path, env={"OPTIMIZER_LAB_REFRESH_CPU": "0.0001"}) as url, \
+            api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.set_default_timeout(180_000)
+        page_runs: list[float] = []
+        timers: list[tuple[float, float]] = []
+        page.on("websocket", lambda ws: ws.on(
+            "framereceived", lambda payload: note_frame(payload, page_runs, timers)))
+        start_long_run(page, url)
+        started = time.monotonic()
+        assert any(every == 0.5 for _, every in timers), timers  # no refresh measured yet
+        wait_for_page_run(page, page_runs, timers, started, 8.0)
+        page.get_by_text(re.compile(r"Live refresh every 8 s: 1 page watches a live run"))\
+            .first.wait_for()
+        no_exception(page, "train-live-paced")
+        page.get_by_role("button", name="Stop", exact=True).click()
+        page.get_by_text(re.compile(r"status stopped")).first.wait_for()
         browser.close()
