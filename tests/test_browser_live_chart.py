@@ -208,8 +208,8 @@ def test_train_paints_before_the_plugin_check_and_lists_the_plugin_when_it_ends(
 
 def test_a_server_short_of_cpu_slows_every_live_page_and_says_so(tmp_path):
     """The pace (components.refresh_pace): with a CPU budget far below one refresh's cost,
-    the page resets its timer to the slowest pace within `REPACE_AFTER_S` of its run starting,
-    refreshes that seldom, and says why under the run."""
+    the page sets its timer to the slowest pace once its first refreshes are measured (the
+    page run after the run starts, or `REPACE_AFTER_S` later), and says why under the run."""
     api = playwright_api()
     with streamlit_server(tmp_path, env={"OPTIMIZER_LAB_REFRESH_CPU": "0.0001"}) as url, \
             api.sync_playwright() as pw:
@@ -220,10 +220,9 @@ def test_a_server_short_of_cpu_slows_every_live_page_and_says_so(tmp_path):
         timers: list[tuple[float, float]] = []
         page.on("websocket", lambda ws: ws.on(
             "framereceived", lambda payload: note_frame(payload, page_runs, timers)))
-        start_long_run(page, url)
-        started = time.monotonic()
-        assert any(every == 0.5 for _, every in timers), timers  # no refresh measured yet
-        wait_for_page_run(page, page_runs, timers, started, 8.0)
+        opened = time.monotonic()
+        start_long_run(page, url)  # its first refreshes measure the cost; a page run follows
+        wait_for_page_run(page, page_runs, timers, opened, 8.0)
         page.get_by_text(re.compile(r"Live refresh every 8 s: 1 page watches a live run"))\
             .first.wait_for()
         no_exception(page, "train-live-paced")
