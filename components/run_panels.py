@@ -25,15 +25,26 @@ ADAM_UPDATE = ("`lr_t * m / (sqrt(v) + epsilon)` with `lr_t = lr * sqrt(1 - beta
                "(1 - beta_1^t)`")
 
 
+# The schedule-free eval point's series name (`engine.recording.EVAL_POINT_SERIES`; that
+# module imports TensorFlow, which the server does not).
+EVAL_POINT = "x"
+
+
 def slot_caption(optimizer: str, slots: list[str]) -> str:
     """The Slots tab's caption, naming the run's optimizer (the Adam formula only for Adam)."""
     rule = f" (for Adam {ADAM_UPDATE})" if optimizer == "adam" else ""
-    others = [s for s in slots if s != "update"]
+    others = [s for s in slots if s not in ("update", EVAL_POINT)]
     state = (f"the other slots ({', '.join(f'`{s}`' for s in others)}) are {optimizer}'s state "
              "created with `add_slot`" if others else f"{optimizer} creates no slot")
+    eval_point = (
+        f" **{EVAL_POINT}** is no slot: the variables hold y, the point the gradients are taken "
+        "at, and the point the run is evaluated on is recovered from y and z, "
+        "x = (y - (1 - beta_1) z) / beta_1 (Defazio et al. 2024, Algorithm 1; with "
+        "`keras3_tf_compat` Keras 3 evaluates y itself, so x = y)."
+        if EVAL_POINT in slots else "")
     return (f"**update** is the effective per-parameter step {optimizer} actually applied, "
-            f"`var_before - var_after`{rule}; {state}. Second moments and accumulators start "
-            "on a log axis.")
+            f"`var_before - var_after`{rule}; {state}.{eval_point} Second moments and "
+            "accumulators start on a log axis.")
 
 
 def changes_table(changes: pd.DataFrame) -> pd.DataFrame:

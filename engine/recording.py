@@ -112,19 +112,34 @@ class LossMeter:
         return mean
 
 
+# The series an optimizer derives beside its slots: a schedule-free optimizer's variables hold
+# the gradients' point y, and the point it is evaluated on, x, is no slot (Keras 3 keeps only
+# z); `eval_weights` recovers it (Defazio et al. 2024, arXiv:2405.15682, Algorithm 1), and the
+# Slots view shows it beside y's slots.
+EVAL_POINT_SERIES = "x"
+
+
+def _derived(optimizer: Any) -> tuple[str, ...]:
+    return (EVAL_POINT_SERIES,) if callable(getattr(optimizer, "eval_weights", None)) else ()
+
+
 def slot_series(variables: Sequence[tf.Variable], optimizer: Any) -> list[tuple[str, str]]:
-    """Labels of the packed rows: `(variable_label, slot)` for each variable, slots then update."""
-    slots = tuple(optimizer.slot_names_for_rule()) + ("update",)
+    """Labels of the packed rows: `(variable_label, slot)` for each variable, its slots, then
+    `update`, then `EVAL_POINT_SERIES` for an optimizer with `eval_weights`."""
+    slots = tuple(optimizer.slot_names_for_rule()) + ("update",) + _derived(optimizer)
     return [(variable_label(var), slot) for var in variables for slot in slots]
 
 
 def _series_tensors(variables: Sequence[tf.Variable], optimizer: Any,
                     before: Sequence[tf.Tensor]) -> list[tf.Tensor]:
+    derived = _derived(optimizer)
     out = []
     for var, old in zip(variables, before):
         for slot in optimizer.slot_names_for_rule():
             out.append(optimizer.get_slot(var, slot).read_value())
         out.append(old - var.read_value())
+        if derived:
+            out.append(optimizer.eval_weights([var])[0])
     return out
 
 
@@ -224,11 +239,14 @@ def finite_guard(variables: Sequence[tf.Variable], optimizer: Any) -> tf.Tensor:
     variables' old values when it records nothing (`engine.train_step`: +3-8 % steps/s on the
     digits MLP, measured side by side).
     """
+    derived = _derived(optimizer)
     tensors = []
     for var in variables:
         tensors += [optimizer.get_slot(var, slot).read_value()
                     for slot in optimizer.slot_names_for_rule()]
         tensors.append(var.read_value())
+        if derived:  # x is finite when y and z are; the row count must match `slot_series`
+            tensors.append(var.read_value())
     peaks = tf.stack([tf.cast(tf.reduce_max(tf.abs(t)), tf.float32) for t in tensors])
     return tf.zeros([len(tensors), 3], tf.float32) * peaks[:, None]  # 0 * inf/NaN = NaN
 
