@@ -76,7 +76,7 @@ def _keep_pace(active: bool) -> None:
         st.caption(f"Live refresh every {every:g} s: {watchers} "
                    f"{'page watches a live run' if watchers == 1 else 'pages watch live runs'} "
                    "on this server and share its CPU.")
-    if refresh_every(True, hidden, PACE.interval()) != every and \
+    if refresh_every(True, hidden, PACE.interval_from(every)) != every and \
             time.monotonic() - since >= REPACE_AFTER_S:
         st.rerun(scope="app")
 

@@ -32,6 +32,7 @@ BASE_INTERVAL_S = 0.5
 MAX_INTERVAL_S = 8.0
 WINDOW_S = 10.0
 SAMPLES = 200  # recent refresh costs kept (of every session)
+HYSTERESIS = 0.75  # see `RefreshPace.interval_from`
 # Half the machine's cores for the pages by default: the run hosts train on the rest.
 DEFAULT_BUDGET_CORES = max(1.0, (os.cpu_count() or 2) / 2)
 BUDGET_ENV = "OPTIMIZER_LAB_REFRESH_CPU"
@@ -103,14 +104,31 @@ class RefreshPace:
         with self._lock:
             return statistics.median(self._costs) if self._costs else 0.0
 
+    def wanted(self, now: float | None = None) -> float:
+        """The interval the budget asks for, unrounded: watchers x cost / budget, seconds."""
+        return self.watchers(now) * self.cost() / self.budget_cores
+
     def interval(self, now: float | None = None) -> float:
         """Seconds between two refreshes of a shown live page: `base` times a power of two,
         at most `MAX_INTERVAL_S` (a page never waits longer than that for news)."""
-        wanted = self.watchers(now) * self.cost() / self.budget_cores
+        return self._rounded(self.wanted(now))
+
+    def _rounded(self, wanted: float) -> float:
         if wanted <= self.base:
             return self.base
         steps = math.ceil(math.log2(wanted / self.base) - 1e-9)
         return min(self.base * 2 ** steps, max(MAX_INTERVAL_S, self.base))
+
+    def interval_from(self, current: float, now: float | None = None) -> float:
+        """The interval for a page whose timer is at `current` seconds: slower at once when
+        the budget needs it, faster only when the wanted interval is below `HYSTERESIS` of
+        the next faster step (the number of watchers moves by a page or two all the time, and
+        each change of a page's timer costs a whole page run)."""
+        wanted = self.wanted(now)
+        new = self._rounded(wanted)
+        if new >= current or wanted <= HYSTERESIS * max(new, current / 2):
+            return new
+        return current
 
 
 PACE = RefreshPace(budget_cores())  # the server process's one pace (every session's refreshes)

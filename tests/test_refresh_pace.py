@@ -71,3 +71,16 @@ def test_the_budget_setting_is_read_and_bad_values_are_refused_naming_it():
     for bad in ("0", "-1", "fast", "inf", "2000"):
         with pytest.raises(ValueError, match=BUDGET_ENV):
             budget_cores({BUDGET_ENV: bad})
+
+
+def test_a_page_slows_down_at_once_but_speeds_up_only_with_room_to_spare():
+    pace = RefreshPace(budget_cores=1.0)
+    for s in range(30):
+        pace.note(f"s{s}", 0.1, now=0.0)  # wanted 3.0 s -> 4 s
+    assert pace.interval_from(2.0, now=1.0) == 4.0  # slower at once
+    assert pace.interval_from(8.0, now=1.0) == 4.0  # 3.0 <= 0.75 x 4: room to spare
+    pace = RefreshPace(budget_cores=1.0)
+    for s in range(35):
+        pace.note(f"s{s}", 0.1, now=0.0)  # wanted 3.5 s -> 4 s, but not 0.75 x 4 below
+    assert pace.interval_from(8.0, now=1.0) == 8.0  # stays: one more page would flip it back
+    assert pace.interval_from(4.0, now=1.0) == 4.0
