@@ -1,0 +1,326 @@
+"""Run hosts as Ray actors: the Ray executor (`OPTIMIZER_LAB_EXECUTOR=ray`,
+`runs.service.executor`). No Streamlit, no TensorFlow in the server; `ray` is imported by the
+pool (`RayPool`), which only exists when the Ray executor is chosen.
+
+A host actor (`HostActor`) runs the same host loop as a host process
+(`runs.process.run_host.host_main`: TensorFlow imported once, warm-up, many runs interleaved
+step by step) for a `workers` row the server registered; Ray's scheduler places it on a node
+with `num_cpus` free (`OPTIMIZER_LAB_RAY_CPUS_PER_HOST`, default 1) and, for a host that serves
+runs asking for a GPU, `num_gpus=1` (`actor_options`). Devices a run trains on are reported
+with the run as for a local host (`runs.device`, e.g. `/device:GPU:0` on a GPU node).
+
+Why commands and records go through the store, not through actor calls: the host loop
+already takes its runs, polls their commands and writes their records in batches through the
+store, one transaction per batch; every node reaches the store (PostgreSQL for a real
+cluster, the SQLite file for a cluster on one machine), so a page's `set_hyper`, pause or stop
+is the same row whichever executor trains the run, several web servers can command one run,
+and a command sent while its host is busy or restarting waits in the queue instead of being
+lost with an actor call. The server's only Ray calls are starting an actor, its one `serve`
+call, and watching that call's result for the actor's death.
+
+Liveness: see `runs.service.ray_table` (Ray for the server that owns the actor, the heartbeat
+for any other process; no pid of another node is ever checked). A host actor is owned by the
+server process that started it and ends with it (Ray's ownership): its runs are then
+interrupted, as a killed host process's are, and can be continued from their checkpoints.
+Checkpoints and logs are files in the data directory (`runs.store.checkpoint_files`): on a
+cluster of several machines `OPTIMIZER_LAB_HOME` must be the same shared directory (e.g. NFS)
+on every node, so that the server reads the checkpoint a node wrote.
+
+Runtime environment (`runtime_env`): a node needs only Ray and Python; the actor gets a Ray
+runtime environment with the project's requirements (`pip`, requirements.txt without the test
+tools) and its code (`working_dir`). It is skipped for a cluster whose every node is this
+machine (`executor.local_cluster`): they already run this Python with these packages.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runs.service import executor, pool, ray_table, worker_table
+from runs.service.executor import ExecutorSettings
+from runs.service.warm_pool import WarmPool, host_log_path
+from runs.store.run_store import RunStore
+
+PROJECT_ROOT = pool.PROJECT_ROOT
+REQUIREMENTS = PROJECT_ROOT / "requirements.txt"
+TESTS_MARK = "# tests"  # requirements.txt: the lines after it are the test tools
+# Not shipped to a node: tests, benchmarks, docs, version control, stores and caches.
+EXCLUDES = [".git", "tests", "bench", "docs", "**/__pycache__", "*.sqlite*", ".ci"]
+TF_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+class HostActor:
+    """A Ray actor that is one run host (made remote with the options of `actor_options`)."""
+
+    def where(self) -> dict[str, Any]:
+        """The node id, this process's pid and the GPU ids Ray gave it."""
+        import ray
+
+        context = ray.get_runtime_context()
+        return {"node_id": context.get_node_id(), "pid": os.getpid(),
+                "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+
+    def serve(self, store_location: str, host_id: int, environ: dict[str, str]) -> int:
+        """Be run host `host_id` of the store until it must exit (`run_host.host_main`);
+        returns its exit code. Its output goes to the host's log in the data directory when
+        that directory is reachable here."""
+        os.environ.update(environ)
+        from runs.process.run_host import host_main
+
+        store = RunStore(store_location)
+        here = self.where()
+        ray_table.set_node(store, host_id, here["node_id"], here["pid"])
+        _log_to(host_log_path(store, host_id))
+        # The orphan check: the raylet that started this worker; Ray ends the actor itself when
+        # the server that owns it ends.
+        return host_main(store_location, host_id, os.getppid(), record_pid=False)
+
+
+def _log_to(path: Path) -> None:
+    """Send this process's stdout and stderr to `path` (appended); kept as they are when the
+    file cannot be opened (a node without the shared data directory: Ray's logs keep them)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def requirement_lines(gpu: bool = False, path: Path = REQUIREMENTS) -> list[str]:
+    """The project's requirements as `pip` lines: requirements.txt up to its test tools, comments
+    dropped, without `ray` (the node's own Ray runs the actor); `gpu` installs
+    `tensorflow[and-cuda]` instead of `tensorflow` (the CUDA libraries from PyPI)."""
+    out = []
+    for line in path.read_text().splitlines():
+        if line.strip().lower() == TESTS_MARK:
+            break
+        text = line.split("#", 1)[0].strip()
+        if not text or text.lower().startswith("ray"):
+            continue
+        if gpu and text.startswith("tensorflow=="):
+            text = "tensorflow[and-cuda]" + text[len("tensorflow"):]
+        out.append(text)
+    return out
+
+
+def runtime_env(chosen: ExecutorSettings, on_this_machine: bool, gpu: bool = False
+                ) -> dict[str, Any]:
+    """The Ray `runtime_env` of a host actor: TensorFlow's variables always; with
+    `OPTIMIZER_LAB_RAY_RUNTIME_ENV=on`, or `auto` on a cluster with a node elsewhere
+    (`on_this_machine` False), also `pip` (`requirement_lines`) and `working_dir` (the project,
+    without `EXCLUDES`); else the project root on `PYTHONPATH` (its nodes share this machine's
+    files and packages)."""
+    full = chosen.runtime_env == "on" or (chosen.runtime_env == "auto" and not on_this_machine)
+    if full:
+        return {"pip": requirement_lines(gpu), "working_dir": str(PROJECT_ROOT),
+                "excludes": list(EXCLUDES), "env_vars": dict(TF_ENV)}
+    path = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {"env_vars": {**TF_ENV, "PYTHONPATH": path}}
+
+
+def actor_options(chosen: ExecutorSettings, gpu: bool, runtime: dict[str, Any]
+                  ) -> dict[str, Any]:
+    """The options of a host actor: `num_cpus` (`OPTIMIZER_LAB_RAY_CPUS_PER_HOST`),
+    `num_gpus` 1 for a host that serves GPU runs else 0, no restart (a restarted actor would
+    have lost its runs' state: the server marks them interrupted instead), `runtime_env`."""
+    return {"num_cpus": chosen.cpus_per_host, "num_gpus": 1 if gpu else 0, "max_restarts": 0,
+            "runtime_env": runtime}
+
+
+def death_reason(error: BaseException) -> str:
+    """What Ray said about a dead actor, on one line (at most 300 characters)."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    return f"{type(error).__name__}: {text}"[:300]
+
+
+@dataclass
+class _Host:
+    actor: Any
+    ref: Any  # the ObjectRef of its `serve` call
+    gpu: bool
+
+
+class RayPool(WarmPool):
+    """The run hosts of one store as Ray actors owned by this process (a `WarmPool`: the same
+    sizing, refill thread and `wait_ready`; see the module docstring).
+
+    Args:
+        store: the run store; chosen: the Ray executor settings (`executor.settings()`).
+
+    Raises:
+        ExecutorRefused: ray cannot be imported, or no Ray cluster answers at the address.
+    """
+
+    def __init__(self, store: RunStore, chosen: ExecutorSettings):
+        super().__init__(store)
+        self.settings = chosen
+        self.ray = executor.connect(chosen)
+        self.on_this_machine = executor.local_cluster(self.ray)
+        self._actors: dict[int, _Host] = {}
+        self.cluster_error = ""  # set while the cluster cannot be reached
+
+    def _spawn(self, gpu: bool = False) -> int | None:
+        """Start one host actor (its row first); None when Ray refuses (the reason is kept)."""
+        wid = worker_table.register(self.store, os.getpid())
+        try:
+            options = actor_options(self.settings, gpu,
+                                    runtime_env(self.settings, self.on_this_machine, gpu))
+            actor = self.ray.remote(HostActor).options(**options).remote()
+            ray_table.add_host(self.store, wid, actor._actor_id.hex(), 1 if gpu else 0)
+            environ = {**worker_table.lab_env(), **TF_ENV}
+            ref = actor.serve.remote(str(self.store.path), wid, environ)
+        except Exception as error:  # noqa: BLE001 - a Ray or store error: no host this time
+            worker_table.set_state(self.store, wid, "gone")
+            self.last_error = f"could not start a Ray run host: {death_reason(error)}"
+            print(f"ray pool: {self.last_error}", file=sys.stderr, flush=True)
+            return None
+        self._actors[wid] = _Host(actor, ref, gpu)
+        return wid
+
+    def collect(self) -> None:
+        """Forget the host actors whose `serve` call ended: a clean exit leaves its row `gone`
+        itself (the idle actor is then killed: it would keep its CPUs); a dead actor or node
+        (`RayActorError`) interrupts its runs with the truth (`ray_table.interrupt_host`). The
+        runs given to live hosts not yet serving are beaten. A cluster that cannot be reached
+        sets `cluster_error` and raises (never a local substitute).
+
+        Raises:
+            ExecutorRefused: the cluster cannot be reached (the message says so).
+        """
+        for hid, host in list(self._actors.items()):
+            try:
+                done, _ = self.ray.wait([host.ref], timeout=0)
+            except Exception as error:  # noqa: BLE001 - the GCS or the connection is gone
+                self.cluster_error = (
+                    f"the Ray cluster ({executor.ADDRESS_ENV}={self.settings.address}) cannot be "
+                    f"reached: {death_reason(error)}; its runs cannot train until it is back, "
+                    "and the local executor is not used instead")
+                raise executor.ExecutorRefused(self.cluster_error) from None
+            if not done:
+                continue
+            self._actors.pop(hid)
+            ready = worker_table.row(self.store, hid)["ready_at"] is not None
+            try:
+                self.ray.get(host.ref)
+            except Exception as error:  # noqa: BLE001 - RayActorError, ActorDiedError, ...
+                reason = death_reason(error)
+                ray_table.interrupt_host(self.store, hid, reason)
+                print(f"ray pool: run host {hid} died: {reason}", file=sys.stderr, flush=True)
+                if not ready:
+                    self.failures += 1
+                    self.last_error = f"Ray run host {hid} died before it was ready: {reason}"
+                continue
+            try:
+                self.ray.kill(host.actor)
+            except Exception:  # noqa: BLE001 - it ended meanwhile
+                pass
+            if ready:
+                self.failures = 0
+                host_log_path(self.store, hid).unlink(missing_ok=True)
+        self.cluster_error = ""
+        ray_table.beat_untaken(self.store, list(self._actors))
+
+    def refill(self) -> list[int]:
+        """`WarmPool.refill`, then one GPU host (`num_gpus=1`) when a queued run asks for a GPU
+        and no live GPU host exists, then a dispatch of the queue (runs that waited for a
+        host). Returns the host ids started.
+
+        Raises:
+            ValueError: a bad pool setting. StoreUnavailable: the store cannot be used.
+        """
+        started = super().refill()
+        with self._lock:
+            if (not self._stop.is_set() and ray_table.gpu_runs_waiting(self.store)
+                    and not any(h.gpu for h in self._actors.values())):
+                started += [hid for hid in [self._spawn(gpu=True)] if hid is not None]
+        if not self._stop.is_set():
+            pool.dispatch(self.store)
+        return started
+
+    def actor(self, host_id: int) -> Any:
+        """The actor handle of host `host_id` (KeyError when this pool did not start it)."""
+        return self._actors[host_id].actor
+
+    def shutdown(self, wait_s: float = 10.0) -> None:
+        """Stop refilling; retire this process's hosts; kill the idle actors. Actors holding
+        runs train on while this process lives and end with it (Ray's ownership)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=wait_s)
+        with self._lock:
+            try:
+                worker_table.retire(self.store, os.getpid())
+                busy = {h["id"] for h in worker_table.hosts(self.store) if h["runs"]}
+            except Exception:  # noqa: BLE001 - store gone: the idle actors still must go
+                busy = set()
+            for hid, host in list(self._actors.items()):
+                if hid in busy:
+                    continue
+                try:
+                    self.ray.kill(host.actor)
+                    worker_table.set_state(self.store, hid, "gone")
+                except Exception:  # noqa: BLE001 - the cluster or store is gone already
+                    pass
+                self._actors.pop(hid, None)
+                host_log_path(self.store, hid).unlink(missing_ok=True)
+
+
+_REFUSED: list[str] = []  # why the last attempt to keep a Ray pool was refused
+
+
+def make_pool(store: RunStore) -> RayPool:
+    """A started `RayPool` for `store` with this process's settings (`warm_pool.keep_warm`
+    calls it when the Ray executor is chosen).
+
+    Raises:
+        ValueError: a bad executor setting. ExecutorRefused: ray cannot be imported, or no
+            Ray cluster answers at the address (kept for `problem`).
+    """
+    try:
+        made = RayPool(store, executor.settings())
+    except ValueError as error:
+        _REFUSED[:] = [str(error)]
+        raise
+    _REFUSED[:] = []
+    made.start()
+    return made
+
+
+def problem() -> str | None:
+    """What keeps the Ray executor from training, for a page or the CLI to show: a refused
+    setting, a refused connection, or the cluster gone while runs train; None when the local
+    executor is chosen or all is well. Never connects by itself."""
+    try:
+        if not executor.settings().ray:
+            return None
+    except ValueError as error:
+        return str(error)
+    from runs.service import warm_pool
+
+    kept = warm_pool.current()
+    if isinstance(kept, RayPool):
+        return kept.cluster_error or None
+    return _REFUSED[0] if _REFUSED else None
+
+
+def wait_for_actor_death(pool_: RayPool, host_id: int, timeout_s: float = 60.0) -> bool:
+    """Wait until the pool noticed that host `host_id` is gone; True when it did."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        pool_.wake()
+        if host_id not in pool_._actors:
+            return True
+        time.sleep(0.1)
+    return False
