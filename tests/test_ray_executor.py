@@ -7,7 +7,7 @@ queue (never a local process); the runtime environment and the actor options; GP
 given to a host actor that reserved a GPU.
 
 Slow tests share one local cluster (`ray.cluster_utils.Cluster`: a head and a second node
-declaring `num_gpus=1`) and one pool of two host actors (`warm_pool.keep_warm` with
+declaring `num_gpus=1` and 2 CPUs) and one pool of two host actors (`warm_pool.keep_warm` with
 `OPTIMIZER_LAB_EXECUTOR=ray`): the same run-control sequence (start, a live `set_hyper`, pause,
 one step, resume, stop, records complete) runs once per executor; a GPU host actor lands on
 the GPU node with Ray's GPU id; a killed actor (`ray.kill`) interrupts its run with the truth
@@ -172,7 +172,7 @@ def test_gpu_runs_go_to_a_gpu_host_and_cpu_runs_keep_it_free(store):
 # ----- on a local Ray cluster -------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A head (1 CPU) and a second node (1 CPU, declaring one GPU), this process connected as
+    """A head (1 CPU) and a second node (2 CPUs, declaring one GPU), this process connected as
     the pool's driver; run hosts on, two host actors, checkpoints every 0.5 s."""
     import ray
     from ray.cluster_utils import Cluster
@@ -182,7 +182,7 @@ def cluster(tmp_path_factory):
     small = dict(object_store_memory=100 * 2**20)
     nodes = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1,
                     include_dashboard=False, **small))
-    gpu_node = nodes.add_node(num_cpus=1, num_gpus=1, **small)
+    gpu_node = nodes.add_node(num_cpus=2, num_gpus=1, **small)  # a CPU left for a GPU host
     for key, value in {"OPTIMIZER_LAB_HOME": str(home), executor.EXECUTOR_ENV: "ray",
                        executor.ADDRESS_ENV: nodes.address, pool.HOSTS_ENV: "2",
                        pool.WARM_ENV: "on", files.EVERY_ENV: "0.5"}.items():
