@@ -16,8 +16,11 @@ and Continue resumes it from its checkpoint on the other host actor.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +37,7 @@ TINY = dict(dataset="digits", model="logistic", eval_every=20, optimizer="sgd",
             hyperparameters={"learning_rate": 0.1, "momentum": 0.0})
 RAY_START_S = 300  # ray.init under load took minutes once on the 2-core machine
 HOST_READY_S = 400  # two TensorFlow imports on 2 cores beside the cluster
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def wait_until(condition, timeout_s: float, what: str):
@@ -129,6 +133,19 @@ def test_the_ray_executor_never_falls_back_to_a_local_process(store, monkeypatch
         warm_pool.keep_warm(store)  # the page's heartbeat: refused, not a local pool
     assert warm_pool.current() is None
     assert "OPTIMIZER_LAB_RAY_ADDRESS='127.0.0.1:1' refused" in (ray_hosts.problem() or "")
+
+
+def test_the_server_imports_no_ray_with_the_local_executor():
+    """The pages' and the CLI's modules (and the Ray modules themselves) import `ray` only
+    when the Ray executor connects (a fresh process: this one may hold ray already)."""
+    code = ("import sys, views.train, lab_cli.cli, runs.service.ray_hosts, runs.service.pool;"
+            "from runs.service import ray_hosts; assert ray_hosts.problem() is None;"
+            "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
+    env = {k: v for k, v in os.environ.items() if k != executor.EXECUTOR_ENV}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**env, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_runtime_env_and_actor_options(monkeypatch):

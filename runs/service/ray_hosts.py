@@ -38,6 +38,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -313,6 +314,13 @@ def problem() -> str | None:
     if isinstance(kept, RayPool):
         return kept.cluster_error or None
     return _REFUSED[0] if _REFUSED else None
+
+
+def report_problem(show: Callable[[str], Any]) -> None:
+    """Call `show` (e.g. `st.error`) with `problem()` when there is one (a page's status)."""
+    found = problem()
+    if found:
+        show(found)
 
 
 def wait_for_actor_death(pool_: RayPool, host_id: int, timeout_s: float = 60.0) -> bool:
