@@ -309,3 +309,30 @@ def test_a_killed_actor_interrupts_its_run_truthfully_and_continue_resumes_it(cl
     assert f"continued from step {done.from_step}" in continuing.notes(store, run_id)[0]
     losses = store.scalars(run_id, ["train_loss"])
     assert losses["step"].is_unique and int(losses["step"].max()) == 300
+
+
+def test_a_cluster_gone_while_runs_train_is_said_never_substituted(store, monkeypatch):
+    """The pool's watch of its actors fails (the head is gone): a clear error naming the
+    address for the page (`ray_hosts.problem`), the run stays with its Ray host, and nothing
+    local is started."""
+
+    class GoneRay:
+        def wait(self, refs, timeout):
+            raise ConnectionError("GCS at 10.0.0.5:6379 unreachable")
+
+    monkeypatch.setenv(executor.EXECUTOR_ENV, "ray")
+    monkeypatch.setenv(executor.ADDRESS_ENV, "10.0.0.5:6379")
+    kept = ray_hosts.RayPool.__new__(ray_hosts.RayPool)  # a pool whose cluster went away
+    warm_pool.WarmPool.__init__(kept, store)
+    kept.settings, kept.ray, kept.cluster_error = executor.settings(), GoneRay(), ""
+    kept._actors = {1: ray_hosts._Host(actor=None, ref=object(), gpu=False)}
+    monkeypatch.setattr(warm_pool, "_POOL", [kept])
+    with pytest.raises(executor.ExecutorRefused):
+        kept.collect()
+    said = ray_hosts.problem() or ""
+    assert said.startswith("the Ray cluster (OPTIMIZER_LAB_RAY_ADDRESS=10.0.0.5:6379) cannot be "
+                           "reached: ConnectionError: GCS at 10.0.0.5:6379 unreachable")
+    assert "the local executor is not used instead" in said
+    shown: list[str] = []
+    ray_hosts.report_problem(shown.append)
+    assert shown == [said] and pool._PROCESSES == {}
