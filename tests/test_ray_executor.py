@@ -6,12 +6,13 @@ before storing a run; a run started with the Ray executor and no reachable clust
 queue (never a local process); the runtime environment and the actor options; GPU runs are
 given to a host actor that reserved a GPU.
 
-Slow tests share one local cluster (`ray.cluster_utils.Cluster`: a head and a second node
-declaring `num_gpus=1` and 2 CPUs) and one pool of two host actors (`warm_pool.keep_warm` with
+Slow tests share one local cluster (`ray.cluster_utils.Cluster`: a head and two nodes, one
+declaring `num_gpus=1`) and one pool of two host actors (`warm_pool.keep_warm` with
 `OPTIMIZER_LAB_EXECUTOR=ray`): the same run-control sequence (start, a live `set_hyper`, pause,
 one step, resume, stop, records complete) runs once per executor; a GPU host actor lands on
 the GPU node with Ray's GPU id; a killed actor (`ray.kill`) interrupts its run with the truth
-and Continue resumes it from its checkpoint on the other host actor.
+and Continue resumes it from its checkpoint on the other host actor; a lost node interrupts
+the run of the host actor it carried.
 """
 
 from __future__ import annotations
@@ -189,7 +190,8 @@ def test_gpu_runs_go_to_a_gpu_host_and_cpu_runs_keep_it_free(store):
 # ----- on a local Ray cluster -------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """A head (1 CPU) and a second node (2 CPUs, declaring one GPU), this process connected as
+    """A head (no CPU), a node of 3 CPUs declaring one GPU and a node of 2 CPUs (logical
+    CPUs: Ray's bookkeeping, the machine has 2 cores), this process connected as
     the pool's driver; run hosts on, two host actors, checkpoints every 0.5 s."""
     import ray
     from ray.cluster_utils import Cluster
@@ -197,9 +199,11 @@ def cluster(tmp_path_factory):
     patch = pytest.MonkeyPatch()
     home = tmp_path_factory.mktemp("ray")
     small = dict(object_store_memory=100 * 2**20)
-    nodes = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1,
+    # no CPU on the head: every host actor lives on a node a test may remove
+    nodes = Cluster(initialize_head=True, head_node_args=dict(num_cpus=0,
                     include_dashboard=False, **small))
-    gpu_node = nodes.add_node(num_cpus=2, num_gpus=1, **small)  # a CPU left for a GPU host
+    gpu_node = nodes.add_node(num_cpus=3, num_gpus=1, **small)  # a CPU left for a GPU host
+    nodes.add_node(num_cpus=2, **small)
     for key, value in {"OPTIMIZER_LAB_HOME": str(home), executor.EXECUTOR_ENV: "ray",
                        executor.ADDRESS_ENV: nodes.address, pool.HOSTS_ENV: "2",
                        pool.WARM_ENV: "on", files.EVERY_ENV: "0.5"}.items():
@@ -208,14 +212,24 @@ def cluster(tmp_path_factory):
     executor.connect()
     assert time.monotonic() - started < RAY_START_S
     store = RunStore(home / "runs.sqlite")
-    kept = warm_pool.keep_warm(store)
-    assert isinstance(kept, ray_hosts.RayPool)
-    kept.wait_ready(2, HOST_READY_S)
-    yield dict(store=store, pool=kept, nodes=nodes, gpu_node=gpu_node, ray=ray, patch=patch)
+    first = warm_pool.keep_warm(store)
+    assert isinstance(first, ray_hosts.RayPool)
+    first.wait_ready(2, HOST_READY_S)
+    yield dict(store=store, nodes=nodes, gpu_node=gpu_node, ray=ray, patch=patch)
     warm_pool.shutdown()
     ray.shutdown()
     nodes.shutdown()
     patch.undo()
+
+
+@pytest.fixture()
+def kept(cluster):
+    """The cluster's pool of two ready host actors (kept again if a test's `store` fixture shut
+    this process's pool down meanwhile)."""
+    pool_ = warm_pool.keep_warm(cluster["store"])
+    assert isinstance(pool_, ray_hosts.RayPool)
+    pool_.wait_ready(2, HOST_READY_S)
+    return pool_
 
 
 def _control_sequence(store: RunStore, run_id: int) -> dict:
@@ -239,7 +253,7 @@ def _control_sequence(store: RunStore, run_id: int) -> dict:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("kind", ["local", "ray"])
-def test_run_control_is_the_same_on_each_executor(cluster, kind, tmp_path, monkeypatch):
+def test_run_control_is_the_same_on_each_executor(cluster, kept, kind, tmp_path, monkeypatch):
     if kind == "local":  # today's executor: a local process, its own store
         monkeypatch.setenv(executor.EXECUTOR_ENV, "local")
         monkeypatch.setenv(pool.WARM_ENV, "off")
@@ -281,9 +295,8 @@ def test_a_gpu_host_actor_lands_on_the_gpu_node(cluster):
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_killed_actor_interrupts_its_run_truthfully_and_continue_resumes_it(cluster):
-    store, kept, ray = cluster["store"], cluster["pool"], cluster["ray"]
-    kept.wait_ready(2, HOST_READY_S)
+def test_a_killed_actor_interrupts_its_run_truthfully_and_continue_resumes_it(cluster, kept):
+    store, ray = cluster["store"], cluster["ray"]
     run_id = control.start_run(RunConfig(**TINY, steps=300, seed=11), store,
                                steps_per_second=30.0)
     waiting.wait_for_status(store, run_id, ("running",), timeout_s=HOST_READY_S)
@@ -309,6 +322,24 @@ def test_a_killed_actor_interrupts_its_run_truthfully_and_continue_resumes_it(cl
     assert f"continued from step {done.from_step}" in continuing.notes(store, run_id)[0]
     losses = store.scalars(run_id, ["train_loss"])
     assert losses["step"].is_unique and int(losses["step"].max()) == 300
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_lost_node_interrupts_the_runs_of_its_host_actors(cluster, kept):
+    store, nodes = cluster["store"], cluster["nodes"]
+    run_id = control.start_run(RunConfig(**TINY, steps=100000, seed=12), store,
+                               steps_per_second=30.0)
+    waiting.wait_for_step(store, run_id, 3, timeout_s=HOST_READY_S)
+    host = worker_table.host_id_of(store.run(run_id)["worker"])
+    node_id = ray_table.host(store, host)["node_id"]
+    node = {n.node_id: n for n in nodes.worker_nodes}[node_id]
+    nodes.remove_node(node, allow_graceful=False)  # the machine is gone, not shut down
+    run = waiting.wait_for_status(store, run_id, ("interrupted",), timeout_s=120)
+    assert run["message"].startswith(f"run host {host} (Ray actor ")
+    assert f"on node {node_id[:12]}) died: " in run["message"]
+    assert f"interrupted after step {run['step']}, the last committed step" in run["message"]
+    assert worker_table.row(store, host)["state"] == "gone"
 
 
 def test_a_cluster_gone_while_runs_train_is_said_never_substituted(store, monkeypatch):
