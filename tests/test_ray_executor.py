@@ -3,16 +3,17 @@
 Fast tests (no cluster): every executor setting is refused naming its variable (bad value, bad
 address, no cluster at the address, ray not importable, run hosts off); the CLI refuses them
 before storing a run; a run started with the Ray executor and no reachable cluster waits in the
-queue (never a local process); the runtime environment and the actor options; GPU runs are
-given to a host actor that reserved a GPU.
+queue (never a local process); the server imports no ray with the local executor; the runtime
+environment and the actor options; GPU runs are given to a host actor that reserved a GPU; a
+cluster gone while runs train is said for the page.
 
 Slow tests share one local cluster (`ray.cluster_utils.Cluster`: a head and two nodes, one
 declaring `num_gpus=1`) and one pool of two host actors (`warm_pool.keep_warm` with
 `OPTIMIZER_LAB_EXECUTOR=ray`): the same run-control sequence (start, a live `set_hyper`, pause,
-one step, resume, stop, records complete) runs once per executor; a GPU host actor lands on
-the GPU node with Ray's GPU id; a killed actor (`ray.kill`) interrupts its run with the truth
-and Continue resumes it from its checkpoint on the other host actor; a lost node interrupts
-the run of the host actor it carried.
+one step, resume, stop; records and hyper-gradients stored) runs once per executor; a GPU host
+actor lands on the GPU node with Ray's GPU id; a killed actor (`ray.kill`) interrupts its run
+with the truth and Continue resumes it from its checkpoint on the other host actor; a lost node
+interrupts the run of the host actor it carried.
 """
 
 from __future__ import annotations
@@ -260,7 +261,7 @@ def test_run_control_is_the_same_on_each_executor(cluster, kept, kind, tmp_path,
         store = RunStore(tmp_path / "runs.sqlite")
     else:
         store = cluster["store"]
-    config = RunConfig(**TINY, steps=5000, seed=7)
+    config = RunConfig(**TINY, steps=5000, seed=7, hypergradients=["learning_rate"])
     run_id = control.start_run(config, store, steps_per_second=40.0)
     run = _control_sequence(store, run_id)
     assert run["status"] == "stopped" and run["device"] == "/device:CPU:0"
@@ -276,6 +277,8 @@ def test_run_control_is_the_same_on_each_executor(cluster, kept, kind, tmp_path,
     losses = store.scalars(run_id, ["train_loss"])
     assert len(losses) > 0 and int(losses["step"].max()) <= run["step"]
     assert losses["step"].is_unique
+    hyper = store.hypergradients(run_id)  # forward-mode d(val loss)/d(learning_rate)
+    assert set(hyper["name"]) == {"learning_rate"} and hyper["exact"].notna().any()
 
 
 @pytest.mark.slow

@@ -233,8 +233,9 @@ class RayPool(WarmPool):
         ray_table.beat_untaken(self.store, list(self._actors))
 
     def refill(self) -> list[int]:
-        """`WarmPool.refill`, then one GPU host (`num_gpus=1`) when a queued run asks for a GPU
-        and no live GPU host exists, then a dispatch of the queue (runs that waited for a
+        """`WarmPool.refill`, then one GPU host (`num_gpus=1`) when a queued run asks for a GPU,
+        no live GPU host exists and the cluster declares a GPU (an actor no node can hold would
+        wait forever, holding the run; the run waits queued instead), then a dispatch of the queue (runs that waited for a
         host). Returns the host ids started.
 
         Raises:
@@ -243,7 +244,8 @@ class RayPool(WarmPool):
         started = super().refill()
         with self._lock:
             if (not self._stop.is_set() and ray_table.gpu_runs_waiting(self.store)
-                    and not any(h.gpu for h in self._actors.values())):
+                    and not any(h.gpu for h in self._actors.values())
+                    and self.ray.cluster_resources().get("GPU", 0) >= 1):  # else never placed
                 started += [hid for hid in [self._spawn(gpu=True)] if hid is not None]
         if not self._stop.is_set():
             pool.dispatch(self.store)

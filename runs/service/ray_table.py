@@ -29,7 +29,8 @@ from runs.store.connection import dict_rows, for_update
 from runs.store.run_store import RunStore
 
 WAIT_MESSAGE = "waits for a Ray run host with room"
-GPU_WAIT_MESSAGE = "waits for a Ray run host with a GPU (num_gpus=1)"
+GPU_WAIT_MESSAGE = ("waits for a Ray run host with a GPU (num_gpus=1): one is started when a "
+                    "node of the cluster declares a GPU")
 
 
 def wants_gpu(config: dict[str, Any]) -> bool:
