@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from runs.protocol import FINAL_STATUSES
-from runs.service import (continuing, control, executor, pool, ray_hosts, ray_table, waiting,
-                          warm_pool, worker_table)
+from runs.service import (continuing, control, executor, pool, ray_actor, ray_hosts, ray_table,
+                          waiting, warm_pool, worker_table)
 from runs.store import checkpoint_files as files
 from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
@@ -153,19 +153,19 @@ def test_the_server_imports_no_ray_with_the_local_executor():
 def test_runtime_env_and_actor_options(monkeypatch):
     monkeypatch.setenv(executor.EXECUTOR_ENV, "ray")
     chosen = executor.settings()
-    local = ray_hosts.runtime_env(chosen, on_this_machine=True)
+    local = ray_actor.runtime_env(chosen, on_this_machine=True)
     assert set(local) == {"env_vars"}  # a cluster on this machine: no pip, no upload
-    assert local["env_vars"]["PYTHONPATH"].split(":")[0] == str(ray_hosts.PROJECT_ROOT)
+    assert local["env_vars"]["PYTHONPATH"].split(":")[0] == str(ray_actor.PROJECT_ROOT)
     assert local["env_vars"]["TF_USE_LEGACY_KERAS"] == "1"
-    remote = ray_hosts.runtime_env(chosen, on_this_machine=False, gpu=True)
-    assert remote["working_dir"] == str(ray_hosts.PROJECT_ROOT) and "tests" in remote["excludes"]
+    remote = ray_actor.runtime_env(chosen, on_this_machine=False, gpu=True)
+    assert remote["working_dir"] == str(ray_actor.PROJECT_ROOT) and "tests" in remote["excludes"]
     names = [line.split("=")[0].split("[")[0].split(">")[0] for line in remote["pip"]]
     assert "tensorflow" in names and "tf-keras" in names and "streamlit" in names
     assert not {"pytest", "ray", "mypy", "ruff", "playwright"} & set(names)
     assert any(line.startswith("tensorflow[and-cuda]==") for line in remote["pip"])
-    options = ray_hosts.actor_options(chosen, gpu=True, runtime=local)
+    options = ray_actor.actor_options(chosen, gpu=True, runtime=local)
     assert (options["num_cpus"], options["num_gpus"], options["max_restarts"]) == (1.0, 1, 0)
-    assert ray_hosts.actor_options(chosen, gpu=False, runtime=local)["num_gpus"] == 0
+    assert ray_actor.actor_options(chosen, gpu=False, runtime=local)["num_gpus"] == 0
 
 
 def test_gpu_runs_go_to_a_gpu_host_and_cpu_runs_keep_it_free(store):
@@ -286,8 +286,8 @@ def test_run_control_is_the_same_on_each_executor(cluster, kept, kind, tmp_path,
 def test_a_gpu_host_actor_lands_on_the_gpu_node(cluster):
     ray = cluster["ray"]
     chosen = executor.settings()
-    options = ray_hosts.actor_options(chosen, True, ray_hosts.runtime_env(chosen, True, True))
-    actor = ray.remote(ray_hosts.HostActor).options(**options).remote()
+    options = ray_actor.actor_options(chosen, True, ray_actor.runtime_env(chosen, True, True))
+    actor = ray.remote(ray_actor.HostActor).options(**options).remote()
     try:
         where = ray.get(actor.where.remote(), timeout=RAY_START_S)
     finally:

@@ -2,12 +2,13 @@
 `runs.service.executor`). No Streamlit, no TensorFlow in the server; `ray` is imported by the
 pool (`RayPool`), which only exists when the Ray executor is chosen.
 
-A host actor (`HostActor`) runs the same host loop as a host process
+A host actor (`runs.service.ray_actor.HostActor`) runs the same host loop as a host process
 (`runs.process.run_host.host_main`: TensorFlow imported once, warm-up, many runs interleaved
 step by step) for a `workers` row the server registered; Ray's scheduler places it on a node
-with `num_cpus` free (`OPTIMIZER_LAB_RAY_CPUS_PER_HOST`, default 1) and, for a host that serves
-runs asking for a GPU, `num_gpus=1` (`actor_options`). Devices a run trains on are reported
-with the run as for a local host (`runs.device`, e.g. `/device:GPU:0` on a GPU node).
+with `num_cpus` free (`OPTIMIZER_LAB_RAY_CPUS_PER_HOST`, default 1) and, for a host that
+serves runs asking for a GPU, `num_gpus=1` (`ray_actor.actor_options`). Devices a run trains on
+are reported with the run as for a local host (`runs.device`, e.g. `/device:GPU:0` on a GPU
+node).
 
 Why commands and records go through the store, not through actor calls: the host loop
 already takes its runs, polls their commands and writes their records in batches through the
@@ -16,7 +17,8 @@ cluster, the SQLite file for a cluster on one machine), so a page's `set_hyper`,
 is the same row whichever executor trains the run, several web servers can command one run,
 and a command sent while its host is busy or restarting waits in the queue instead of being
 lost with an actor call. The server's only Ray calls are starting an actor, its one `serve`
-call, and watching that call's result for the actor's death.
+call, watching that call's result for the actor's death, and - when the connection to an
+actor broke - asking Ray whether the actor or its node is dead (`RayPool._verdict`).
 
 Liveness: see `runs.service.ray_table` (Ray for the server that owns the actor, the heartbeat
 for any other process; no pid of another node is ever checked). A host actor is owned by the
@@ -26,10 +28,7 @@ Checkpoints and logs are files in the data directory (`runs.store.checkpoint_fil
 cluster of several machines `OPTIMIZER_LAB_HOME` must be the same shared directory (e.g. NFS)
 on every node, so that the server reads the checkpoint a node wrote.
 
-Runtime environment (`runtime_env`): a node needs only Ray and Python; the actor gets a Ray
-runtime environment with the project's requirements (`pip`, requirements.txt without the test
-tools) and its code (`working_dir`). It is skipped for a cluster whose every node is this
-machine (`executor.local_cluster`): they already run this Python with these packages.
+The actor itself, its options and its runtime environment: `runs.service.ray_actor`.
 """
 
 from __future__ import annotations
@@ -40,103 +39,41 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from runs.service import executor, pool, ray_table, worker_table
 from runs.service.executor import ExecutorSettings
+from runs.service.ray_actor import TF_ENV, HostActor, actor_options, runtime_env
 from runs.service.warm_pool import WarmPool, host_log_path
 from runs.store.run_store import RunStore
 
-PROJECT_ROOT = pool.PROJECT_ROOT
-REQUIREMENTS = PROJECT_ROOT / "requirements.txt"
-TESTS_MARK = "# tests"  # requirements.txt: the lines after it are the test tools
-# Not shipped to a node: tests, benchmarks, docs, version control, stores and caches.
-EXCLUDES = [".git", "tests", "bench", "docs", "**/__pycache__", "*.sqlite*", ".ci"]
-TF_ENV = {"TF_USE_LEGACY_KERAS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+# How long a host actor whose connection broke may stay unavailable, alive in Ray's eyes,
+# before the pool stops watching it (its runs are then judged by their heartbeat). Ray declares
+# a lost node dead after its health checks fail (~13 s measured on the test cluster).
+UNAVAILABLE_GRACE_S = 30.0
 
 
-class HostActor:
-    """A Ray actor that is one run host (made remote with the options of `actor_options`)."""
-
-    def where(self) -> dict[str, Any]:
-        """The node id, this process's pid and the GPU ids Ray gave it."""
-        import ray
-
-        context = ray.get_runtime_context()
-        return {"node_id": context.get_node_id(), "pid": os.getpid(),
-                "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
-
-    def serve(self, store_location: str, host_id: int, environ: dict[str, str]) -> int:
-        """Be run host `host_id` of the store until it must exit (`run_host.host_main`);
-        returns its exit code. Its output goes to the host's log in the data directory when
-        that directory is reachable here."""
-        os.environ.update(environ)
-        from runs.process.run_host import host_main
-
-        store = RunStore(store_location)
-        here = self.where()
-        ray_table.set_node(store, host_id, here["node_id"], here["pid"])
-        _log_to(host_log_path(store, host_id))
-        # The orphan check: the raylet that started this worker; Ray ends the actor itself when
-        # the server that owns it ends.
-        return host_main(store_location, host_id, os.getppid(), record_pid=False)
-
-
-def _log_to(path: Path) -> None:
-    """Send this process's stdout and stderr to `path` (appended); kept as they are when the
-    file cannot be opened (a node without the shared data directory: Ray's logs keep them)."""
+def actor_state(actor: Any) -> tuple[str, str]:
+    """(state, death cause) of an actor in Ray's control store (`ALIVE`, `RESTARTING`, `DEAD`,
+    ...; the cause on one line); ("?", "") when it cannot be read. Ray's state API needs the
+    dashboard, which a lab cluster may not run: this reads the GCS's actor table instead."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    except OSError:
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+        from ray._private.state import state as global_state
 
-
-def requirement_lines(gpu: bool = False, path: Path = REQUIREMENTS) -> list[str]:
-    """The project's requirements as `pip` lines: requirements.txt up to its test tools, comments
-    dropped, without `ray` (the node's own Ray runs the actor); `gpu` installs
-    `tensorflow[and-cuda]` instead of `tensorflow` (the CUDA libraries from PyPI)."""
-    out = []
-    for line in path.read_text().splitlines():
-        if line.strip().lower() == TESTS_MARK:
+        found = global_state.actor_table(actor._actor_id.hex())
+    except Exception:  # noqa: BLE001 - a private API of Ray: any failure is "unknown"
+        return "?", ""
+    cause = found.get("DeathCause")
+    words = ""
+    for path in (("node_death_info", "reason_message"),
+                 ("actor_died_error_context", "error_message")):
+        value: Any = cause
+        for name in path:
+            value = getattr(value, name, "")
+        if value:
+            words = str(value)
             break
-        text = line.split("#", 1)[0].strip()
-        if not text or text.lower().startswith("ray"):
-            continue
-        if gpu and text.startswith("tensorflow=="):
-            text = "tensorflow[and-cuda]" + text[len("tensorflow"):]
-        out.append(text)
-    return out
-
-
-def runtime_env(chosen: ExecutorSettings, on_this_machine: bool, gpu: bool = False
-                ) -> dict[str, Any]:
-    """The Ray `runtime_env` of a host actor: TensorFlow's variables always; with
-    `OPTIMIZER_LAB_RAY_RUNTIME_ENV=on`, or `auto` on a cluster with a node elsewhere
-    (`on_this_machine` False), also `pip` (`requirement_lines`) and `working_dir` (the project,
-    without `EXCLUDES`); else the project root on `PYTHONPATH` (its nodes share this machine's
-    files and packages)."""
-    full = chosen.runtime_env == "on" or (chosen.runtime_env == "auto" and not on_this_machine)
-    if full:
-        return {"pip": requirement_lines(gpu), "working_dir": str(PROJECT_ROOT),
-                "excludes": list(EXCLUDES), "env_vars": dict(TF_ENV)}
-    path = os.pathsep.join([str(PROJECT_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return {"env_vars": {**TF_ENV, "PYTHONPATH": path}}
-
-
-def actor_options(chosen: ExecutorSettings, gpu: bool, runtime: dict[str, Any]
-                  ) -> dict[str, Any]:
-    """The options of a host actor: `num_cpus` (`OPTIMIZER_LAB_RAY_CPUS_PER_HOST`),
-    `num_gpus` 1 for a host that serves GPU runs else 0, no restart (a restarted actor would
-    have lost its runs' state: the server marks them interrupted instead), `runtime_env`."""
-    return {"num_cpus": chosen.cpus_per_host, "num_gpus": 1 if gpu else 0, "max_restarts": 0,
-            "runtime_env": runtime}
+    return str(found.get("State", "?")), " ".join(words.split())[:200]
 
 
 def death_reason(error: BaseException) -> str:
@@ -150,6 +87,9 @@ class _Host:
     actor: Any
     ref: Any  # the ObjectRef of its `serve` call
     gpu: bool
+    # (monotonic s, Ray's words) once its `serve` call failed with ActorUnavailableError: the
+    # connection broke, which a dead node and a network blip both cause; Ray decides which
+    unavailable: tuple[float, str] | None = None
 
 
 class RayPool(WarmPool):
@@ -191,52 +131,88 @@ class RayPool(WarmPool):
 
     def collect(self) -> None:
         """Forget the host actors whose `serve` call ended: a clean exit leaves its row `gone`
-        itself (the idle actor is then killed: it would keep its CPUs); a dead actor or node
-        (`RayActorError`) interrupts its runs with the truth (`ray_table.interrupt_host`). The
-        runs given to live hosts not yet serving are beaten. A cluster that cannot be reached
-        sets `cluster_error` and raises (never a local substitute).
+        itself (the idle actor is then killed: it would keep its CPUs); a dead actor
+        (`ActorDiedError`) interrupts its runs with the truth (`ray_table.interrupt_host`). An
+        unavailable actor (`ActorUnavailableError`: the connection broke) is dead once Ray's
+        control store says so or its node is no longer alive (`_verdict`). The runs given to
+        live hosts not yet serving are beaten. A cluster that cannot be reached sets
+        `cluster_error` and raises (never a local substitute).
 
         Raises:
             ExecutorRefused: the cluster cannot be reached (the message says so).
         """
         for hid, host in list(self._actors.items()):
-            try:
-                done, _ = self.ray.wait([host.ref], timeout=0)
-            except Exception as error:  # noqa: BLE001 - the GCS or the connection is gone
-                self.cluster_error = (
-                    f"the Ray cluster ({executor.ADDRESS_ENV}={self.settings.address}) cannot be "
-                    f"reached: {death_reason(error)}; its runs cannot train until it is back, "
-                    "and the local executor is not used instead")
-                raise executor.ExecutorRefused(self.cluster_error) from None
-            if not done:
-                continue
-            self._actors.pop(hid)
-            ready = worker_table.row(self.store, hid)["ready_at"] is not None
-            try:
-                self.ray.get(host.ref)
-            except Exception as error:  # noqa: BLE001 - RayActorError, ActorDiedError, ...
-                reason = death_reason(error)
-                ray_table.interrupt_host(self.store, hid, reason)
-                print(f"ray pool: run host {hid} died: {reason}", file=sys.stderr, flush=True)
-                if not ready:
-                    self.failures += 1
-                    self.last_error = f"Ray run host {hid} died before it was ready: {reason}"
-                continue
-            try:
-                self.ray.kill(host.actor)
-            except Exception:  # noqa: BLE001 - it ended meanwhile
-                pass
-            if ready:
-                self.failures = 0
-                host_log_path(self.store, hid).unlink(missing_ok=True)
+            if host.unavailable is None:
+                try:
+                    done, _ = self.ray.wait([host.ref], timeout=0)
+                except Exception as error:  # noqa: BLE001 - the GCS or the connection is gone
+                    self.cluster_error = (
+                        f"the Ray cluster ({executor.ADDRESS_ENV}={self.settings.address}) cannot"
+                        f" be reached: {death_reason(error)}; its runs cannot train until it is "
+                        "back, and the local executor is not used instead")
+                    raise executor.ExecutorRefused(self.cluster_error) from None
+                if not done:
+                    continue
+                try:
+                    self.ray.get(host.ref)
+                except Exception as error:  # noqa: BLE001 - ActorDiedError, ...
+                    if type(error).__name__ == "ActorUnavailableError":
+                        host.unavailable = (time.monotonic(), death_reason(error))
+                    else:
+                        self._died(hid, death_reason(error))
+                        continue
+                else:
+                    self._ended(hid, host)
+                    continue
+            verdict = self._verdict(hid, host)
+            if verdict == "alive":  # it came back: its heartbeat judges its runs from now on
+                self._actors.pop(hid)
+            elif verdict:
+                self._died(hid, verdict)
         self.cluster_error = ""
         ray_table.beat_untaken(self.store, list(self._actors))
+
+    def _ended(self, hid: int, host: _Host) -> None:
+        self._actors.pop(hid)
+        try:
+            self.ray.kill(host.actor)
+        except Exception:  # noqa: BLE001 - it ended meanwhile
+            pass
+        if worker_table.row(self.store, hid)["ready_at"] is not None:
+            self.failures = 0
+            host_log_path(self.store, hid).unlink(missing_ok=True)
+
+    def _died(self, hid: int, reason: str) -> None:
+        self._actors.pop(hid, None)
+        ready = worker_table.row(self.store, hid)["ready_at"] is not None
+        ray_table.interrupt_host(self.store, hid, reason)
+        print(f"ray pool: run host {hid} died: {reason}", file=sys.stderr, flush=True)
+        if not ready:
+            self.failures += 1
+            self.last_error = f"Ray run host {hid} died before it was ready: {reason}"
+
+    def _verdict(self, hid: int, host: _Host) -> str:
+        """For an unavailable host: why it is dead ("" while Ray has not decided; "alive" when
+        Ray still holds it alive after `UNAVAILABLE_GRACE_S`)."""
+        since, words = host.unavailable or (time.monotonic(), "")
+        state, cause = actor_state(host.actor)
+        if state == "DEAD":
+            return f"{words}; Ray: the actor is DEAD ({cause})"
+        node = (ray_table.host(self.store, hid) or {}).get("node_id") or ""
+        alive = {n.get("NodeID"): n.get("Alive") for n in self.ray.nodes()}
+        if node and alive.get(node) is False:
+            return f"{words}; Ray: its node {node[:12]} is no longer alive"
+        if time.monotonic() - since < UNAVAILABLE_GRACE_S:
+            return ""
+        if state == "ALIVE":
+            return "alive"
+        return f"{words}; unavailable for {UNAVAILABLE_GRACE_S:.0f} s (Ray: state {state})"
 
     def refill(self) -> list[int]:
         """`WarmPool.refill`, then one GPU host (`num_gpus=1`) when a queued run asks for a GPU,
         no live GPU host exists and the cluster declares a GPU (an actor no node can hold would
-        wait forever, holding the run; the run waits queued instead), then a dispatch of the queue (runs that waited for a
-        host). Returns the host ids started.
+        wait forever, holding the run; the run waits queued instead), then a dispatch of the
+        queue (runs that waited for a host). Returns the host ids started.
 
         Raises:
             ValueError: a bad pool setting. StoreUnavailable: the store cannot be used.
