@@ -341,6 +341,9 @@ def test_a_lost_node_interrupts_the_runs_of_its_host_actors(cluster, kept):
     run = waiting.wait_for_status(store, run_id, ("interrupted",), timeout_s=120)
     assert run["message"].startswith(f"run host {host} (Ray actor ")
     assert f"on node {node_id[:12]}) died: " in run["message"]
+    # the broken connection alone is not taken for a death: Ray's verdict is quoted
+    assert ("; Ray: the actor is DEAD (" in run["message"]
+            or f"; Ray: its node {node_id[:12]} is no longer alive" in run["message"])
     assert f"interrupted after step {run['step']}, the last committed step" in run["message"]
     assert worker_table.row(store, host)["state"] == "gone"
 
