@@ -168,10 +168,14 @@ def test_runtime_env_and_actor_options(monkeypatch):
     assert ray_actor.actor_options(chosen, gpu=False, runtime=local)["num_gpus"] == 0
 
 
-def test_gpu_runs_go_to_a_gpu_host_and_cpu_runs_keep_it_free(store):
+def test_gpu_runs_go_to_a_gpu_host_and_a_dead_host_interrupts_its_runs(any_store):
+    """The store's side of Ray hosts, on SQLite and PostgreSQL: GPU routing, no pid on a
+    Ray-held run, the requeue with its reason, and the truth written when a host dies."""
+    store = any_store
     cpu_host, gpu_host = worker_table.register(store, 1), worker_table.register(store, 1)
     ray_table.add_host(store, cpu_host, "a" * 32, 0)
     ray_table.add_host(store, gpu_host, "b" * 32, 1)
+    ray_table.set_node(store, gpu_host, "c" * 56, 4242)
     for host_id in (cpu_host, gpu_host):
         worker_table.set_state(store, host_id, "ready")
     gpu_run = store.create_run(RunConfig(**TINY, steps=5, seed=1,
@@ -186,6 +190,17 @@ def test_gpu_runs_go_to_a_gpu_host_and_cpu_runs_keep_it_free(store):
     assert ray_table.assign_or_requeue(store, late, 1) is None  # the GPU host is full
     assert (store.run(late)["status"], store.run(late)["message"]) == (
         "queued", ray_table.GPU_WAIT_MESSAGE)
+    store.update_run(gpu_run, step=17)
+    store.set_status(gpu_run, "running")
+    assert store.mark_interrupted() == []  # no pid, a fresh heartbeat: alive
+    assert ray_table.interrupt_host(store, gpu_host, "ActorDiedError: killed") == [gpu_run]
+    run = store.run(gpu_run)
+    assert (run["status"], run["message"]) == ("interrupted", (
+        f"run host {gpu_host} (Ray actor {'b' * 32} on node {'c' * 12}) died: ActorDiedError: "
+        "killed; interrupted after step 17, the last committed step; every record up to it is "
+        "kept"))
+    assert worker_table.row(store, gpu_host)["state"] == "gone"
+    assert store.run(cpu_run)["status"] == "starting"  # another host's run is untouched
 
 
 # ----- on a local Ray cluster -------------------------------------------------------------------
