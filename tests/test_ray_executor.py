@@ -388,3 +388,6 @@ def test_a_cluster_gone_while_runs_train_is_said_never_substituted(store, monkey
     shown: list[str] = []
     ray_hosts.report_problem(shown.append)
     assert shown == [said] and pool._PROCESSES == {}
+    kept.cluster_error, kept.failures, kept.last_error = "", 3, "ModuleNotFoundError: tensorflow"
+    assert ray_hosts.problem() == ("3 Ray run hosts in a row died before they were ready, so no "
+                                   "more are started: ModuleNotFoundError: tensorflow")

@@ -279,7 +279,8 @@ def make_pool(store: RunStore) -> RayPool:
 
 def problem() -> str | None:
     """What keeps the Ray executor from training, for a page or the CLI to show: a refused
-    setting, a refused connection, or the cluster gone while runs train; None when the local
+    setting, a refused connection, the cluster gone while runs train, or host actors that keep
+    dying before they are ready (TensorFlow missing on a node); None when the local
     executor is chosen or all is well. Never connects by itself."""
     try:
         if not executor.settings().ray:
@@ -290,7 +291,12 @@ def problem() -> str | None:
 
     kept = warm_pool.current()
     if isinstance(kept, RayPool):
-        return kept.cluster_error or None
+        if kept.cluster_error:
+            return kept.cluster_error
+        if kept.failures >= warm_pool.MAX_FAILURES:  # it starts no more hosts: runs wait
+            return (f"{kept.failures} Ray run hosts in a row died before they were ready, so no "
+                    f"more are started: {kept.last_error}")
+        return None
     return _REFUSED[0] if _REFUSED else None
 
 
