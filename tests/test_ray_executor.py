@@ -11,7 +11,8 @@ Slow tests share one local cluster (`ray.cluster_utils.Cluster`: a head and two 
 declaring `num_gpus=1`) and one pool of two host actors (`warm_pool.keep_warm` with
 `OPTIMIZER_LAB_EXECUTOR=ray`): the same run-control sequence (start, a live `set_hyper`, pause,
 one step, resume, stop; records and hyper-gradients stored) runs once per executor; a GPU host
-actor lands on the GPU node with Ray's GPU id; a killed actor (`ray.kill`) interrupts its run
+actor lands on the GPU node with Ray's GPU id; the CLI trains a run on Ray with a host actor
+of its own; a killed actor (`ray.kill`) interrupts its run
 with the truth and Continue resumes it from its checkpoint on the other host actor; a lost node
 interrupts the run of the host actor it carried.
 """
@@ -309,6 +310,28 @@ def test_a_gpu_host_actor_lands_on_the_gpu_node(cluster):
         ray.kill(actor)
     assert where["node_id"] == cluster["gpu_node"].node_id
     assert where["gpu_ids"] == ["0"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_cli_trains_a_run_on_ray_with_its_own_host_actor(cluster, tmp_path):
+    """`optimizer-lab train --executor ray --ray-address ...`: the command connects, keeps its
+    own host actor and follows the run to its end; `--detach` is refused there."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OPTIMIZER_LAB_")}
+    env.update(OPTIMIZER_LAB_HOME=str(tmp_path), OPTIMIZER_LAB_HOSTS="1", PYTHONPATH=str(ROOT),
+               TF_USE_LEGACY_KERAS="1")
+    base = [sys.executable, "-m", "lab_cli", "train", "--executor", "ray", "--ray-address",
+            cluster["nodes"].address, "--dataset", "digits", "--model", "logistic"]
+    done = subprocess.run([*base, "--steps", "60", "--no-progress"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=HOST_READY_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = RunStore(tmp_path / "runs.sqlite").run(int(done.stdout.split()[-1]))
+    assert (run["status"], run["step"], run["pid"]) == ("finished", 60, None)
+    assert worker_table.host_id_of(run["worker"]) is not None  # a host actor, never cold
+    detached = subprocess.run([*base, "--steps", "5", "--detach"], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=HOST_READY_S)
+    assert detached.returncode == 2
+    assert "argument --detach: refused with --executor ray" in detached.stderr
 
 
 @pytest.mark.slow
