@@ -124,6 +124,13 @@ def test_the_cli_refuses_a_bad_executor_before_storing_a_run(tmp_path, monkeypat
     assert not (tmp_path / "runs.sqlite").exists()  # nothing was stored
 
 
+def test_a_bad_executor_setting_refuses_a_start_before_the_run_is_stored(store, monkeypatch):
+    monkeypatch.setenv(executor.EXECUTOR_ENV, "threads")
+    with pytest.raises(ValueError, match="OPTIMIZER_LAB_EXECUTOR='threads' refused"):
+        control.start_run(RunConfig(**TINY, steps=5, seed=1), store)
+    assert store.runs().empty
+
+
 def test_the_ray_executor_never_falls_back_to_a_local_process(store, monkeypatch):
     monkeypatch.setenv(executor.EXECUTOR_ENV, "ray")
     monkeypatch.setenv(executor.ADDRESS_ENV, "127.0.0.1:1")
