@@ -46,6 +46,7 @@ from `RunConfig.seed` alone.
 from __future__ import annotations
 
 import argparse
+import os
 import sqlite3
 import sys
 import time
@@ -99,6 +100,12 @@ def _run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--detach", action="store_true",
                         help="start the run and return at once (no progress bar)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--executor", choices=("local", "ray"), default=None,
+                        help="what trains the run: local run hosts or Ray actors (default "
+                             "$OPTIMIZER_LAB_EXECUTOR, else local)")
+    parser.add_argument("--ray-address", default=None,
+                        help="the Ray cluster with --executor ray: auto, host:port or "
+                             "ray://host:10001 (default $OPTIMIZER_LAB_RAY_ADDRESS, else auto)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,6 +193,30 @@ def check_environment(parser: argparse.ArgumentParser) -> None:
         pool.worker_nice()
     except ValueError as error:
         parser.error(f"environment variable {error}")
+
+
+def check_executor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """`--executor` and `--ray-address` (they set `OPTIMIZER_LAB_EXECUTOR` and
+    `OPTIMIZER_LAB_RAY_ADDRESS` for this command and what it starts), checked and, for Ray,
+    connected before a store is opened or a run stored (`runs.service.executor.check`): a
+    refusal is `parser.error` naming the flag and the variable. On Ray this command owns the
+    host actors and they end with it, so `--detach` is refused there."""
+    from runs.service import executor
+
+    if args.executor:
+        os.environ[executor.EXECUTOR_ENV] = args.executor
+    if args.ray_address:
+        os.environ[executor.ADDRESS_ENV] = args.ray_address
+    try:
+        chosen = executor.check()
+    except ValueError as error:
+        parser.error(f"argument --executor/--ray-address: {error}")
+    if args.ray_address and not chosen.ray:
+        parser.error("argument --ray-address: refused with the local executor; add --executor "
+                     "ray (or OPTIMIZER_LAB_EXECUTOR=ray)")
+    if chosen.ray and args.detach:
+        parser.error("argument --detach: refused with --executor ray: the run hosts are Ray "
+                     "actors owned by this command, and they end with it")
 
 
 def _os_message(error: Exception) -> str:
@@ -283,6 +314,10 @@ def follow(store: RunStore, run_id: int, total: int, args: argparse.Namespace) -
     if args.detach:
         print(run_id)
         return 0
+    from runs.service import executor, warm_pool
+
+    if executor.chosen() == executor.RAY:  # the host actors of this command (connected above)
+        warm_pool.keep_warm(store)
     try:
         run = _progress(store, run_id, total, show=not args.no_progress)
     except KeyboardInterrupt:
@@ -417,12 +452,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"argument --continue: refused with {', '.join(given) or '--config'}: a "
                          "continued run keeps its own config (no config flags)")
         check_environment(parser)
+        check_executor(args, parser)
         return continue_run(open_store(args, parser), args, parser)
     if args.command == "train":
         config = config_from_args(args, parser)  # before the store: a refusal touches nothing
         check_environment(parser)
         if args.lr_range:
             return lr_range_test(config, args, parser)
+        check_executor(args, parser)
         return run_config(config, open_store(args, parser), args)
     if args.command == "import":
         from runs.io.export import load_import
@@ -432,6 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (ConfigImportError, OSError) as error:
             parser.error(f"argument file: {args.file}: {_os_message(error)}")
         check_environment(parser)
+        check_executor(args, parser)
         return run_config(config, open_store(args, parser), args)
     store = open_store(args, parser)
     if args.command == "list":

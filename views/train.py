@@ -21,6 +21,7 @@ from components.page_store import store
 from components.store_guard import guard_page
 from components.train_actions import run_specs, selected_run
 from runs.protocol import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
+from runs.service import ray_hosts
 
 # ----- live area ------------------------------------------------------------------------------
 def run_label(runs_table: pd.DataFrame, run_id: int) -> str:
@@ -44,6 +45,7 @@ def live_view(run: dict[str, Any], active: bool) -> None:
     # stays inside it, and the charts below keep their element identity.
     with st.container():
         st.markdown(run_controls.status_line(store(), run, scalars))
+        ray_hosts.report_problem(st.error)  # the Ray cluster refused or gone: said, not hidden
         if run["total_steps"] < run_controls.continuous_steps():
             st.progress(min(run["step"] / max(run["total_steps"], 1), 1.0))
         # a fixed slot, filled or not: the buttons below keep their position when a message

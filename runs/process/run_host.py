@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the store module is light, but the host imports it after warming up
@@ -114,13 +115,16 @@ class RunHost:
     Args:
         store: the run store; host_id: this host's `workers` row; parent: the pool's pid.
         prepared: a `PreparedEngine` to adopt for the first run of its config, or None.
+        record_pid: write this process's pid on the runs it takes (`host_main`).
     """
 
-    def __init__(self, store: RunStore, host_id: int, parent: int, prepared: Any = None):
+    def __init__(self, store: RunStore, host_id: int, parent: int, prepared: Any = None,
+                 record_pid: bool = True):
         from runs.process.host_scheduler import HostScheduler
 
         self.store, self.host_id, self.parent = store, host_id, parent
         self.prepared = prepared
+        self.record_pid = record_pid
         self._prepare = prepared is not None  # keep a prepared default engine at all times
         self.scheduler = HostScheduler(on_end=self._ended)
         self.signalled: int | None = None
@@ -167,7 +171,7 @@ class RunHost:
                          f"beside {len(self.scheduler)} other run(s); the host's output is in "
                          f"{host_log_name(self.host_id)}")
             session = RunSession(self.store, run_id, engine_source=self.engine_source,
-                                 after_first_step=self._first_step)
+                                 after_first_step=self._first_step, record_pid=self.record_pid)
             self._opening = run_id
             try:
                 self.scheduler.open_and_add(session)
@@ -302,22 +306,41 @@ def main(argv: list[str] | None = None) -> int:
     if os.getppid() != args.parent:  # the pool's process died before we even started
         return EXIT_ORPHANED
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(EXIT_DONE))  # while warming
+    return host_main(args.store, args.host_id, args.parent,
+                     on_host=lambda host: signal.signal(signal.SIGTERM, host.on_sigterm))
+
+
+def host_main(store_location: str, host_id: int, parent: int, record_pid: bool = True,
+              on_host: Callable[[RunHost], Any] | None = None) -> int:
+    """The life of a host after its start: warm up (`warm_up`), mark its `workers` row
+    `ready`, serve runs (`RunHost.serve`), leave the row `gone`; returns the exit code. Shared
+    by the host process (`main`) and the Ray host actor (`runs.service.ray_hosts`).
+
+    Args:
+        store_location: the run store (SQLite path or PostgreSQL URL); host_id: its row.
+        parent: the pid whose end orphans the host (it exits once idle).
+        record_pid: write this process's pid on the runs it takes (False on Ray: the pid of a
+            process on another node means nothing to the server's liveness checks).
+        on_host: called with the `RunHost` before it serves (the process installs its SIGTERM
+            handler there).
+    """
     prepared = warm_up()
     from runs.service import worker_table
     from runs.store.run_store import RunStore
 
-    store = RunStore(args.store)
-    host = RunHost(store, args.host_id, args.parent, prepared)
-    signal.signal(signal.SIGTERM, host.on_sigterm)
-    if not worker_table.set_state(store, args.host_id, "ready", only_from=("warming",)):
-        if not worker_table.new_runs(store, args.host_id):  # retired while warming
-            worker_table.set_state(store, args.host_id, "gone")
+    store = RunStore(store_location)
+    host = RunHost(store, host_id, parent, prepared, record_pid=record_pid)
+    if on_host is not None:
+        on_host(host)
+    if not worker_table.set_state(store, host_id, "ready", only_from=("warming",)):
+        if not worker_table.new_runs(store, host_id):  # retired while warming
+            worker_table.set_state(store, host_id, "gone")
             return EXIT_DONE
     try:
         return host.serve()
     finally:  # also on an unexpected error: the row must not say `ready`
         try:
-            worker_table.set_state(store, args.host_id, "gone")
+            worker_table.set_state(store, host_id, "gone")
         except Exception:  # noqa: BLE001 - the store may be gone; the row is then moot
             pass
 

@@ -103,6 +103,8 @@ class RunSession:
         max_wall_s: `stopped` after this many seconds of training (None: no limit).
         engine_source: builds the run's engine; default `engine.prepared.take`.
         after_first_step: called once the first step is recorded (e.g. lower the priority).
+        record_pid: write this process's pid on the run (False in a Ray host actor: liveness
+            is judged by Ray and the heartbeat there, `runs.service.ray_hosts`).
 
     Attributes:
         run: the run's `RunLoop` once `open` built it, else None.
@@ -111,8 +113,9 @@ class RunSession:
 
     def __init__(self, store: RunStore, run_id: int, full_recording: bool = False,
                  max_wall_s: float | None = None, engine_source: EngineSource | None = None,
-                 after_first_step: Callable[[], None] | None = None):
+                 after_first_step: Callable[[], None] | None = None, record_pid: bool = True):
         self.store, self.run_id = store, run_id
+        self.record_pid = record_pid
         self.full_recording, self.max_wall_s = full_recording, max_wall_s
         self.engine_source = engine_source or _default_engine
         self.after_first_step = after_first_step
@@ -140,7 +143,8 @@ class RunSession:
             from hypergrad.stepper import HyperStepper
 
             hyper = HyperStepper(engine)
-        store.update_run(run_id, device=device, versions=versions(), pid=os.getpid())
+        own = {"pid": os.getpid()} if self.record_pid else {}
+        store.update_run(run_id, device=device, versions=versions(), **own)
         if not store.set_status(run_id, "running", only_from=("starting",)):
             self.status = store.run(run_id)["status"]  # stopped by a page while starting
             return self.status

@@ -28,7 +28,7 @@ import pydantic
 from optimizers import registry
 from runs import protocol
 from runs.protocol import ACTIVE_STATUSES, LIVE_STATUSES, QUEUED
-from runs.service import ownership, pool
+from runs.service import executor, ownership, pool
 from runs.service import challenge_guard
 from runs.service.ownership import LOCAL, Caller, NotOwner
 from runs.service.warm_pool import keep_warm
@@ -69,8 +69,9 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
         The run id.
 
     Raises:
-        ValueError: `on_tab_close`, the pool size or the memory budget setting is invalid, the
-            run's estimated memory (MB) alone exceeds the budget, or `steps_per_second` is
+        ValueError: `on_tab_close`, the pool size, the executor (`runs.service.executor`) or
+            the memory budget setting is invalid, the run's estimated memory (MB) alone
+            exceeds the budget, or `steps_per_second` is
             outside [`protocol.MIN_SPEED`, `protocol.MAX_SPEED`] (nothing is stored then).
     """
     speed = _speed_payload(steps_per_second)
@@ -79,6 +80,7 @@ def start_run(config: RunConfig, store: RunStore, name: str = "",
         raise ValueError(f"on_tab_close={on_tab_close!r} refused: must be one of "
                          f"{', '.join(pool.TAB_CLOSE_POLICIES)}")
     size = pool.pool_size()
+    executor.settings()  # a bad executor setting is refused before the run is stored
     budget, need = memory_budget_mb(), estimate_mb(config.to_json_dict())
     if budget is not None and need > budget:
         raise ValueError(f"run refused: it needs ~{need:.0f} MB (hyper-gradients "

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from runs.protocol import ACTIVE_STATUSES
-from runs.service import worker_table
+from runs.service import executor, worker_table
 from runs.store.admission import memory_budget_mb
 from runs.store.processes import pid_alive, process_start
 from runs.store.run_store import RunStore
@@ -205,10 +205,15 @@ def dispatch(store: RunStore, size: int | None = None) -> list[int]:
     page open) and by the pages on every render (a run killed with SIGKILL cannot hand its
     place over; `check_processes` marks it interrupted and its place goes to the next run).
 
+    With the Ray executor (`runs.service.executor`) a claimed run goes to a Ray host actor or
+    back to the queue: never to a local process.
+
     Raises:
-        ValueError: an invalid pool size, hosts, runs-per-host, memory budget or warm setting.
+        ValueError: an invalid pool size, hosts, runs-per-host, memory budget, warm or
+            executor setting.
     """
     check_processes(store)  # a dead host's runs are interrupted with its name first
+    on_ray = executor.settings().ray  # the Ray executor never falls back to a local process
     warm = warm_enabled()  # settings checked before a run is claimed, never after
     capacity = runs_per_host() if warm else 0
     worker_nice()  # a bad OPTIMIZER_LAB_WORKER_NICE is refused here, before a run is claimed
@@ -216,9 +221,12 @@ def dispatch(store: RunStore, size: int | None = None) -> list[int]:
     if warm:  # what the hosts hold or may take, and at most COLD_PLACES cold processes
         places = sum(h["runs"] + (capacity - h["runs"] if h["state"] != "retired" else 0)
                      for h in worker_table.hosts(store))
-        size = min(size, places + COLD_PLACES)
+        size = min(size, places + (0 if on_ray else COLD_PLACES))
     started = store.claim_queued(size, memory_budget_mb(), capacity)
     for run_id in started:
+        if on_ray:  # a Ray host actor, or back to the queue (`runs.service.ray_table`)
+            _assign_ray_host(store, run_id, capacity)
+            continue
         if not (warm and _assign_host(store, run_id, capacity)):
             _launch(store, run_id)
     return started
@@ -238,6 +246,17 @@ def _assign_host(store: RunStore, run_id: int, capacity: int) -> bool:
     for wake in list(_ON_ASSIGN):
         wake()
     return True
+
+
+def _assign_ray_host(store: RunStore, run_id: int, capacity: int) -> None:
+    """Give a claimed run to a Ray host actor with room, else requeue it with the reason
+    (`runs.service.ray_table.assign_or_requeue`); the pool is woken when a host took it (it
+    may start another host; a requeued run is seen by its next refill)."""
+    from runs.service import ray_table
+
+    if ray_table.assign_or_requeue(store, run_id, capacity) is not None:
+        for wake in list(_ON_ASSIGN):
+            wake()
 
 
 def shares_host(store: RunStore, run: dict[str, Any]) -> bool:

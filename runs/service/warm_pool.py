@@ -30,7 +30,7 @@ import threading
 import time
 from pathlib import Path
 
-from runs.service import worker_table
+from runs.service import executor, worker_table
 from runs.store import admission
 from runs.service.pool import (_HOST_CHILDREN, _ON_ASSIGN, PROJECT_ROOT, host_count,
                                warm_enabled, worker_env)
@@ -217,21 +217,37 @@ def keep_warm(store: RunStore) -> WarmPool | None:
 
     Call it from the long-lived process that serves the pages (its children die with it).
 
+    With `OPTIMIZER_LAB_EXECUTOR=ray` the hosts are Ray actors (`runs.service.ray_hosts`).
+
     Raises:
-        ValueError: an invalid `OPTIMIZER_LAB_WARM_WORKERS`.
+        ValueError: an invalid `OPTIMIZER_LAB_WARM_WORKERS` or executor setting;
+            `runs.service.executor.ExecutorRefused` (a ValueError) when the Ray executor is
+            chosen and ray cannot be imported or no cluster answers at its address.
     """
     if not warm_enabled():
+        executor.settings()  # the Ray executor with run hosts off is refused, not ignored
         return None
     with _POOL_LOCK:
         if _POOL and _POOL[0].alive() and _POOL[0].store.path == store.path:
             return _POOL[0]
         if _POOL:
             _POOL.pop().shutdown()
-        pool = WarmPool(RunStore(store.path))
+        if executor.chosen() == executor.RAY:  # host actors on a Ray cluster, never processes
+            from runs.service import ray_hosts
+
+            pool: WarmPool = ray_hosts.make_pool(RunStore(store.path))
+        else:
+            pool = WarmPool(RunStore(store.path))
+            pool.start()
         _POOL.append(pool)
         _ON_ASSIGN[:] = [pool.wake]
-        pool.start()
         return pool
+
+
+def current() -> WarmPool | None:
+    """The pool this process keeps (`keep_warm`), or None."""
+    with _POOL_LOCK:
+        return _POOL[0] if _POOL else None
 
 
 def shutdown() -> None:

@@ -172,6 +172,21 @@ CREATE INDEX IF NOT EXISTS challenge_runs_challenge ON challenge_runs (challenge
 """
 SCHEMA += CHALLENGE_SCHEMA
 
+# Run hosts that are Ray actors (`runs.service.ray_hosts`), one row per such `workers` row:
+# the actor's id (hex), the node it runs on and its pid there (written by the actor), the GPUs
+# it reserved. Their `workers` row has no pid: a pid on another node means nothing here.
+RAY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS ray_hosts (
+    host_id INTEGER PRIMARY KEY,
+    actor_id TEXT NOT NULL DEFAULT '',
+    node_id TEXT NOT NULL DEFAULT '',
+    node_pid INTEGER,
+    gpus REAL NOT NULL DEFAULT 0,
+    created REAL NOT NULL
+);
+"""
+SCHEMA += RAY_SCHEMA
+
 
 # SQLite type -> PostgreSQL type, as written in the DDL above (upper case: column names are
 # lower case and never match). SQLite's INTEGER and REAL are 64-bit; PostgreSQL's INTEGER and
