@@ -23,7 +23,14 @@ SETUP = "optimizer=adam&hp.learning_rate=0.01&hp.beta_1=0.5&steps=100000&dataset
 
 
 def box(page, label: str) -> str:
-    return page.get_by_role("spinbutton", name=label, exact=True).input_value()
+    """The value of the Setup's number box `label`, once the page shows exactly one (while a
+    page run replaces the sidebar, the outgoing box can stand beside the new one)."""
+    boxes = page.get_by_role("spinbutton", name=label, exact=True)
+    deadline = time.monotonic() + 30
+    while boxes.count() != 1:
+        assert time.monotonic() < deadline, f"{boxes.count()} boxes named {label}"
+        page.wait_for_timeout(200)
+    return boxes.input_value()
 
 
 def shows_the_run(page, store: RunStore, run_id: int, before, where: str) -> None:
