@@ -151,7 +151,7 @@ def import_ray() -> Any:
     except ImportError as error:
         raise ExecutorRefused(
             f"{EXECUTOR_ENV}=ray refused: the ray package cannot be imported ({error}); "
-            f"install it (pip install 'ray==2.60.*') or set {EXECUTOR_ENV}=local") from None
+            f"install it (pip install 'ray[default]==2.60.*') or set {EXECUTOR_ENV}=local") from None
     return ray
 
 
