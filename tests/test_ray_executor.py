@@ -43,6 +43,17 @@ HOST_READY_S = 400  # two TensorFlow imports on 2 cores beside the cluster
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(autouse=True)
+def _environment_kept():
+    """The CLI sets `OPTIMIZER_LAB_EXECUTOR` / `OPTIMIZER_LAB_RAY_ADDRESS` in its own process's
+    environment (its hosts inherit them); called in-process here it must not leave them to the
+    test files that run next in this process."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 def wait_until(condition, timeout_s: float, what: str):
     deadline = time.monotonic() + timeout_s
     while True:

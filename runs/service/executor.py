@@ -76,11 +76,30 @@ class ExecutorSettings:
         return self.executor == RAY
 
 
-def _choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
+def env_choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
+    """The setting `name` (case and surrounding space ignored), `default` when unset.
+
+    Raises:
+        ValueError: a value outside `allowed` (the message names the setting and the choices).
+    """
     value = os.environ.get(name, "").strip().lower() or default
     if value not in allowed:
         raise ValueError(f"{name}={value!r} refused: must be one of {', '.join(allowed)}")
     return value
+
+
+WARM_ENV = "OPTIMIZER_LAB_WARM_WORKERS"
+WARM_CHOICES = ("on", "off")
+
+
+def warm_enabled() -> bool:
+    """Whether runs go to run hosts: `OPTIMIZER_LAB_WARM_WORKERS` = `on` (default) or `off`
+    (every run gets a cold process of its own; refused with the Ray executor).
+
+    Raises:
+        ValueError: another value.
+    """
+    return env_choice(WARM_ENV, "on", WARM_CHOICES) == "on"
 
 
 def chosen() -> str:
@@ -89,7 +108,7 @@ def chosen() -> str:
     Raises:
         ValueError: another value (the message names the variable and the allowed values).
     """
-    return _choice(EXECUTOR_ENV, LOCAL, EXECUTORS)
+    return env_choice(EXECUTOR_ENV, LOCAL, EXECUTORS)
 
 
 def checked_address(address: str) -> str:
@@ -130,9 +149,7 @@ def settings() -> ExecutorSettings:
     if not low <= cpus <= high:
         raise ValueError(f"{CPUS_ENV}={raw!r} refused: must be a number of CPUs in "
                          f"[{low:g}, {high:g}]")
-    runtime = _choice(RUNTIME_ENV_ENV, "auto", RUNTIME_ENV_CHOICES)
-    from runs.service.pool import WARM_ENV, warm_enabled
-
+    runtime = env_choice(RUNTIME_ENV_ENV, "auto", RUNTIME_ENV_CHOICES)
     if not warm_enabled():
         raise ValueError(f"{WARM_ENV}=off refused with {EXECUTOR_ENV}=ray: on Ray every run "
                          "trains in a run host actor; set it to 'on' or use "

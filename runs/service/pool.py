@@ -22,11 +22,14 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from runs.protocol import ACTIVE_STATUSES
 from runs.service import executor, worker_table
+# the run-host switch lives with the executor settings; re-exported here, where the
+# pool's other settings are
+from runs.service.executor import WARM_ENV, env_choice, warm_enabled  # noqa: F401 (WARM_ENV re-exported)
 from runs.store.admission import memory_budget_mb
 from runs.store.processes import pid_alive, process_start
 from runs.store.run_store import RunStore
@@ -39,8 +42,6 @@ _PROCESSES: dict[int, subprocess.Popen] = {}
 _HOST_CHILDREN: dict[tuple[str, int], subprocess.Popen] = {}
 # Called after a run was given to a host (`runs.service.warm_pool` wakes its refill thread).
 _ON_ASSIGN: list[Callable[[], None]] = []
-WARM_ENV = "OPTIMIZER_LAB_WARM_WORKERS"
-WARM_CHOICES = ("on", "off")
 POOL_SIZE_ENV = "OPTIMIZER_LAB_POOL_SIZE"
 # With run hosts off every run is a TensorFlow process of ~1 GB that keeps a core busy: one
 # per core of a small machine. With hosts the pool is what the hosts hold together.
@@ -85,13 +86,6 @@ def log_path(store: RunStore, run_id: int) -> Path:
     host, the lines saying which host took it and how it ended (the host's own output is
     `runs.service.warm_pool.host_log_path`)."""
     return store.data_dir / "logs" / f"run-{run_id}.log"
-
-
-def _env_choice(name: str, default: str, allowed: Iterable[str]) -> str:
-    value = os.environ.get(name, "").strip().lower() or default
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} refused: must be one of {', '.join(allowed)}")
-    return value
 
 
 def pool_size() -> int:
@@ -160,16 +154,6 @@ def _env_int(name: str, default: int, low: int, high: int, note: str = "") -> in
     return value
 
 
-def warm_enabled() -> bool:
-    """Whether runs go to run hosts: `OPTIMIZER_LAB_WARM_WORKERS` = `on` (default) or `off`
-    (every run gets a cold process of its own).
-
-    Raises:
-        ValueError: another value.
-    """
-    return _env_choice(WARM_ENV, "on", WARM_CHOICES) == "on"
-
-
 def worker_env() -> dict[str, str]:
     """The environment of a run process: this one's, `TF_USE_LEGACY_KERAS=1` (Keras 2 for
     `tf.keras`), the project root first on `PYTHONPATH`, TensorFlow's C++ log at warnings."""
@@ -190,7 +174,7 @@ def tab_close_policy() -> str:
     Raises:
         ValueError: another value.
     """
-    return _env_choice(TAB_CLOSE_ENV, "finish", TAB_CLOSE_POLICIES)
+    return env_choice(TAB_CLOSE_ENV, "finish", TAB_CLOSE_POLICIES)
 
 
 def dispatch(store: RunStore, size: int | None = None) -> list[int]:
