@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 
 from runs.protocol import FINAL_STATUSES
-from runs.service import (continuing, control, executor, pool, ray_actor, ray_hosts, ray_table,
-                          waiting, warm_pool, worker_table)
+from runs.service import (continuing, control, executor, host_pool, pool, ray_actor, ray_hosts,
+                          ray_table, waiting, warm_pool, worker_table)
 from runs.store import checkpoint_files as files
 from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
@@ -416,10 +416,10 @@ def test_a_cluster_gone_while_runs_train_is_said_never_substituted(store, monkey
     monkeypatch.setenv(executor.EXECUTOR_ENV, "ray")
     monkeypatch.setenv(executor.ADDRESS_ENV, "10.0.0.5:6379")
     kept = ray_hosts.RayPool.__new__(ray_hosts.RayPool)  # a pool whose cluster went away
-    warm_pool.WarmPool.__init__(kept, store)
+    host_pool.WarmPool.__init__(kept, store)
     kept.settings, kept.ray, kept.cluster_error = executor.settings(), GoneRay(), ""
     kept._actors = {1: ray_hosts._Host(actor=None, ref=object(), gpu=False)}
-    monkeypatch.setattr(warm_pool, "_POOL", [kept])
+    monkeypatch.setattr(host_pool, "_POOL", [kept])
     with pytest.raises(executor.ExecutorRefused):
         kept.collect()
     said = ray_hosts.problem() or ""

@@ -291,7 +291,7 @@ class RunHost:
 
 
 def host_log_name(host_id: int) -> str:
-    """The file name of a host's log in `<store dir>/logs` (`warm_pool.host_log_path`)."""
+    """The file name of a host's log in `<store dir>/logs` (`runs.service.pool.host_log_path`)."""
     return f"host-{host_id}.log"
 
 

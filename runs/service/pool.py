@@ -84,8 +84,14 @@ def check_processes(store: RunStore) -> list[int]:
 def log_path(store: RunStore, run_id: int) -> Path:
     """`<store dir>/logs/run-<id>.log`: a cold process's stdout and stderr; for a run in a
     host, the lines saying which host took it and how it ended (the host's own output is
-    `runs.service.warm_pool.host_log_path`)."""
+    `host_log_path`)."""
     return store.data_dir / "logs" / f"run-{run_id}.log"
+
+
+def host_log_path(store: RunStore, host_id: int) -> Path:
+    """`<store dir>/logs/host-<id>.log`: a run host's output (TensorFlow's start-up lines, the
+    tracebacks of its runs that failed); removed once the host is gone after a clean life."""
+    return store.data_dir / "logs" / f"host-{host_id}.log"
 
 
 def pool_size() -> int:

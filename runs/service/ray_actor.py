@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from runs.service import pool, ray_table
+from runs.service.pool import host_log_path
 from runs.service.executor import ExecutorSettings
-from runs.service.warm_pool import host_log_path
 from runs.store.run_store import RunStore
 
 PROJECT_ROOT = pool.PROJECT_ROOT

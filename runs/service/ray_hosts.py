@@ -44,7 +44,9 @@ from typing import Any
 from runs.service import executor, pool, ray_table, worker_table
 from runs.service.executor import ExecutorSettings
 from runs.service.ray_actor import TF_ENV, HostActor, actor_options, runtime_env
-from runs.service.warm_pool import WarmPool, host_log_path
+from runs.service.pool import host_log_path
+from runs.service import host_pool
+from runs.service.host_pool import WarmPool
 from runs.store.run_store import RunStore
 
 # How long a host actor whose connection broke may stay unavailable, alive in Ray's eyes,
@@ -287,13 +289,11 @@ def problem() -> str | None:
             return None
     except ValueError as error:
         return str(error)
-    from runs.service import warm_pool
-
-    kept = warm_pool.current()
+    kept = host_pool.current()
     if isinstance(kept, RayPool):
         if kept.cluster_error:
             return kept.cluster_error
-        if kept.failures >= warm_pool.MAX_FAILURES:  # it starts no more hosts: runs wait
+        if kept.failures >= host_pool.MAX_FAILURES:  # it starts no more hosts: runs wait
             return (f"{kept.failures} Ray run hosts in a row died before they were ready, so no "
                     f"more are started: {kept.last_error}")
         return None
