@@ -75,7 +75,7 @@ def _keep_pace(active: bool) -> None:
         watchers = PACE.watchers()
         st.caption(f"Live refresh every {every:g} s: {watchers} "
                    f"{'page watches a live run' if watchers == 1 else 'pages watch live runs'} "
-                   "on this server and share its CPU.")
+                   "on this server; live pages share its CPU.")
     if refresh_every(True, hidden, PACE.interval_from(every)) != every and \
             time.monotonic() - since >= REPACE_AFTER_S:
         st.rerun(scope="app")
