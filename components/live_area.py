@@ -64,18 +64,18 @@ def refresh_every(active: bool, hidden: bool, pace: float = REFRESH_S) -> float 
     return max(HIDDEN_REFRESH_S, pace) if hidden else max(REFRESH_S, pace)
 
 
-def _keep_pace(active: bool) -> None:
-    """Say the pace when it is slower than `REFRESH_S`, and rerun the page (which sets the
-    timer again) when the server's pace moved away from the one this page set, at most once
-    per `REPACE_AFTER_S`."""
+def _keep_pace(pace_line: Any) -> None:
+    """Say the pace in `pace_line` (an `st.empty` slot) when it is slower than `REFRESH_S`, and
+    rerun the page (which sets the timer again) when the server's pace moved away from the one
+    this page set, at most once per `REPACE_AFTER_S`."""
     every, hidden, since = st.session_state.get(_EVERY_KEY, (None, False, 0.0))
-    if not active or every is None:
+    if every is None:
         return
     if not hidden and every > REFRESH_S:
         watchers = PACE.watchers()
-        st.caption(f"Live refresh every {every:g} s: {watchers} "
-                   f"{'page watches a live run' if watchers == 1 else 'pages watch live runs'} "
-                   "on this server; live pages share its CPU.")
+        who = "page watches a live run" if watchers == 1 else "pages watch live runs"
+        pace_line.caption(f"Live refresh every {every:g} s: {watchers} {who} on this server; "
+                          "live pages share its CPU.")
     if refresh_every(True, hidden, PACE.interval_from(every)) != every and \
             time.monotonic() - since >= REPACE_AFTER_S:
         st.rerun(scope="app")
@@ -93,12 +93,13 @@ def live_body(run_id: int, was_active: bool, body: Body,
     active = run["status"] in live_statuses
     if was_active and not active:
         st.rerun(scope="app")  # once: redraw the whole page (selector labels, static mode)
+    pace_line = st.empty()  # above the run's status line, filled once the refresh is measured
     started = time.thread_time()  # this session's script thread only: others' load excluded
     body(run, active)
     if active:
         ctx = get_script_run_ctx()
         PACE.note(ctx.session_id if ctx else "bare", time.thread_time() - started)
-        _keep_pace(active)
+        _keep_pace(pace_line)
 
 
 __all__ = ["HIDDEN_REFRESH_S", "REFRESH_S", "REPACE_AFTER_S", "live_area", "live_body",
