@@ -130,8 +130,10 @@ def test_the_cli_refuses_a_bad_executor_before_storing_a_run(tmp_path, monkeypat
             main(["train", "--steps", "5", *flags])
         assert exited.value.code == 2
         assert named in capsys.readouterr().err
-        monkeypatch.delenv(executor.EXECUTOR_ENV, raising=False)  # the flag sets it
-        monkeypatch.delenv(executor.ADDRESS_ENV, raising=False)
+        # the flags set these in this process; gone without a record (monkeypatch would put
+        # the flag's value back at its teardown, for the test files that follow)
+        os.environ.pop(executor.EXECUTOR_ENV, None)
+        os.environ.pop(executor.ADDRESS_ENV, None)
     assert not (tmp_path / "runs.sqlite").exists()  # nothing was stored
 
 
