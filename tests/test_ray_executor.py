@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from _waiting import wait_until
 from runs.protocol import FINAL_STATUSES
 from runs.service import (continuing, control, executor, host_pool, pool, ray_actor, ray_hosts,
                           ray_table, waiting, warm_pool, worker_table)
@@ -52,16 +53,6 @@ def _environment_kept():
     yield
     os.environ.clear()
     os.environ.update(saved)
-
-
-def wait_until(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
 
 
 # ----- settings, refusals (no cluster) --------------------------------------------------------

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from _waiting import wait_until
 from runs.service import control, pool, waiting, warm_pool, worker_table
 from runs.store import admission
 from runs.store.processes import process_start
@@ -46,16 +47,6 @@ def host_processes(store: RunStore) -> list[int]:
         if "runs.process.run_host" in argv and str(store.path) in argv and pid_alive(int(entry)):
             found.append(int(entry))
     return found
-
-
-def wait_until(condition, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
 
 
 def final_loss(store: RunStore, run_id: int) -> float:
