@@ -70,9 +70,9 @@ def test_train_flow_with_live_learning_rate_change(browser_page):
               " return p && p._fullData && p._fullData.length ? p._fullData[0].x.length : 0; }")
     page.wait_for_function(f"({points})() > 5", timeout=120_000)
     first = page.evaluate(points)
-    page.wait_for_timeout(2500)
-    later = page.evaluate(points)
-    assert later > first, "the loss chart did not update live"
+    # the chart grows while the run trains (under load the run host, at a lower CPU priority
+    # than the pages, and the refresh both take longer: a wait, not a fixed sleep)
+    page.wait_for_function(f"({points})() > {first}", timeout=60_000)
     no_exception(page, "train-running")
 
     set_number(page, "learning_rate", "5.00e-3", settle=False)
