@@ -3,6 +3,12 @@
 No Streamlit here, so every builder is testable without a page. Every figure sets
 `layout.uirevision` to the value passed in (the run id, usually): plotly then keeps the user's
 zoom, pan and legend clicks when the live page redraws the figure with new data.
+
+The three charts a live Train page redraws at every refresh (loss, accuracy, learning rate)
+are built as plain figure dicts (`loss_spec`, `accuracy_spec`, `learning_rate_spec`; the
+`*_figure` builders wrap them in a `go.Figure`): a graph object validates every property it is
+given, which cost 27, 13 and 22 ms per build of a 2,000-step run here, more than half of the
+server's CPU time per live refresh.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Hashable, Sequence
+from typing import Any, TypeAlias, overload
 
 import numpy as np
 import pandas as pd
@@ -63,22 +70,56 @@ def plain(value: object) -> str:
     return html.escape(str(value), quote=False)
 
 
-def _finish(fig: go.Figure, uirevision: Hashable, title: str, height: int) -> go.Figure:
-    """Common layout; `title` is plain text (escaped here, see `plain`)."""
-    fig.update_layout(
-        title={"text": plain(title), "x": 0.0, "xanchor": "left"},
-        uirevision=uirevision,
-        height=height,
-        margin={"l": 10, "r": 10, "t": 40, "b": 10},
-        hovermode="x unified",
-        legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right", "x": 1.0},
-    )
+Spec: TypeAlias = dict[str, Any]  # a plotly figure dict: {"data": [trace dicts], "layout": {...}}
+Fig: TypeAlias = "go.Figure | Spec"  # what the helpers below extend: a graph object or a figure dict
+
+
+def _layout(uirevision: Hashable, title: str, height: int) -> dict[str, Any]:
+    """The layout every figure here shares; `title` is plain text (escaped here, see `plain`)."""
+    return {
+        "title": {"text": plain(title), "x": 0.0, "xanchor": "left"},
+        "uirevision": uirevision,
+        "height": height,
+        "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
+        "hovermode": "x unified",
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "xanchor": "right",
+                   "x": 1.0},
+    }
+
+
+_EMPTY_NOTE = {"text": EMPTY_TEXT, "showarrow": False, "xref": "paper", "yref": "paper",
+               "x": 0.5, "y": 0.5, "font": {"size": 14, "color": "grey"}}
+
+
+@overload
+def _finish(fig: Spec, uirevision: Hashable, title: str, height: int) -> Spec: ...
+@overload
+def _finish(fig: go.Figure, uirevision: Hashable, title: str, height: int) -> go.Figure: ...
+def _finish(fig: Fig, uirevision: Hashable, title: str, height: int) -> Fig:
+    """Common layout (`_layout`), and "waiting for data..." on a figure without traces."""
+    if isinstance(fig, dict):
+        fig["layout"].update(_layout(uirevision, title, height))
+        if not fig["data"]:
+            fig["layout"].setdefault("annotations", []).append(dict(_EMPTY_NOTE))
+        return fig
+    fig.update_layout(**_layout(uirevision, title, height))
     if not fig.data:
-        fig.add_annotation(
-            text=EMPTY_TEXT, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
-            font={"size": 14, "color": "grey"},
-        )
+        fig.add_annotation(**_EMPTY_NOTE)
     return fig
+
+
+def _add_scatter(fig: Fig, trace: dict[str, Any]) -> None:
+    """Append a scatter trace given as a dict (validated only when `fig` is a graph object)."""
+    if isinstance(fig, dict):
+        fig["data"].append({"type": "scatter", **trace})
+    else:
+        fig.add_trace(go.Scatter(trace))
+
+
+def _axis_titles(spec: Spec, x: str, y: str, **yaxis: Any) -> None:
+    """Name both axes of a one-plot figure dict; `yaxis`: more y-axis properties."""
+    spec["layout"].setdefault("xaxis", {})["title"] = {"text": x}
+    spec["layout"].setdefault("yaxis", {}).update({"title": {"text": y}, **yaxis})
 
 
 def _series(scalars: pd.DataFrame, name: str) -> pd.DataFrame:
@@ -117,7 +158,7 @@ _ANNOTATION_PLACES = {  # annotation_position -> (y in the axis domain, xanchor,
 }
 
 
-def _vlines(fig: go.Figure, lines: Sequence[tuple[int, dict, dict | None]], place: str,
+def _vlines(fig: Fig, lines: Sequence[tuple[int, dict, dict | None]], place: str,
             row: int | None = None) -> None:
     """Vertical lines across the plot at `(x, line style, annotation or None)`, annotations at
     `place` (a key of `_ANNOTATION_PLACES`), in subplot `row` (1-based) when given."""
@@ -131,13 +172,17 @@ def _vlines(fig: go.Figure, lines: Sequence[tuple[int, dict, dict | None]], plac
     notes = [{"xref": xref, "yref": yref, "x": x, "y": y, "xanchor": xanchor,
               "yanchor": yanchor, "showarrow": False, **note}
              for x, _, note in lines if note is not None]
+    if isinstance(fig, dict):
+        fig["layout"].setdefault("shapes", []).extend(shapes)
+        fig["layout"].setdefault("annotations", []).extend(notes)
+        return
     # appended as typed objects: `update_layout(shapes=old + new)` re-validates every old one
     # (60 ms for three batches of markers against 9 ms this way)
     fig.layout.shapes += tuple(go.layout.Shape(shape) for shape in shapes)
     fig.layout.annotations += tuple(go.layout.Annotation(note) for note in notes)
 
 
-def change_markers(fig: go.Figure, changes: pd.DataFrame | None, row: int | None = None,
+def change_markers(fig: Fig, changes: pd.DataFrame | None, row: int | None = None,
                    span: int | None = None) -> None:
     """A dotted vertical line at every `user` / `auto-tune` row of `changes` (`step, name, old,
     new, source`): the step that first used the new value. Labelled `name -> new`; changes
@@ -176,7 +221,7 @@ def change_markers(fig: go.Figure, changes: pd.DataFrame | None, row: int | None
 LABEL_GAP = 0.03
 
 
-def decimation_markers(fig: go.Figure, last_step: int) -> None:
+def decimation_markers(fig: Fig, last_step: int) -> None:
     """A dashed grey line at every `DECIMATION_STEPS` step below `last_step`: from there on a
     recorded train-loss point is the mean of 10x more steps (`engine.recording.stride`), so
     the curve's noise drops there by itself; said in the legend too (one entry), so the drop is
@@ -188,13 +233,13 @@ def decimation_markers(fig: go.Figure, last_step: int) -> None:
                                  "font": {"size": 10, "color": "grey"}})
                   for step, stride in strides], "bottom right")
     if strides:
-        fig.add_trace(go.Scatter(
-            x=[None], y=[None], mode="lines", line=style, hoverinfo="skip",
-            name="recording stride: "
-                 + ", ".join(f"{stride}-step means from step {step:,}" for step, stride in strides)))
+        _add_scatter(fig, {
+            "x": [None], "y": [None], "mode": "lines", "line": style, "hoverinfo": "skip",
+            "name": "recording stride: " + ", ".join(
+                f"{stride}-step means from step {step:,}" for step, stride in strides)})
 
 
-def schedule_lines(fig: go.Figure, marks: Sequence[tuple[int, str]], row: int | None = None
+def schedule_lines(fig: Fig, marks: Sequence[tuple[int, str]], row: int | None = None
                    ) -> None:
     """A dash-dot green vertical line at every `(step, label)` of a learning-rate schedule
     (`optimizers.schedule_curves.schedule_marks`: boundaries, restarts, staircase steps,
@@ -206,12 +251,12 @@ def schedule_lines(fig: go.Figure, marks: Sequence[tuple[int, str]], row: int | 
             "bottom left", row)
 
 
-def learning_rate_figure(
-    planned: tuple[Sequence[int], Sequence[float]] | None = None,
+def learning_rate_spec(
+    planned: tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray] | None = None,
     recorded: pd.DataFrame | None = None, marks: Sequence[tuple[int, str]] = (),
     uirevision: Hashable = "lr", height: int = 240, log_y: bool = False,
     now_step: int | None = None,
-) -> go.Figure:
+) -> Spec:
     """The learning rate over a run's steps: the schedule as planned and as the run used it.
 
     Args:
@@ -223,26 +268,31 @@ def learning_rate_figure(
         log_y: logarithmic learning-rate axis.
         now_step: the run's current step, marked "you are here" (a schedule switched on now is
             read from there on).
+
+    Returns:
+        a plotly figure dict (`learning_rate_figure`: the same as a `go.Figure`).
     """
-    fig = go.Figure()
+    fig: Spec = {"data": [], "layout": {}}
     if planned is not None and len(planned[0]):
-        fig.add_trace(go.Scatter(x=list(map(int, planned[0])), y=list(map(float, planned[1])),
-                                 name="schedule (NumPy)", mode="lines",
-                                 line={"color": qualitative.Plotly[2]},
-                                 hovertemplate="step %{x}: lr=%{y:.6g}<extra></extra>"))
+        _add_scatter(fig, {"x": list(map(int, planned[0])), "y": list(map(float, planned[1])),
+                           "name": "schedule (NumPy)", "mode": "lines",
+                           "line": {"color": qualitative.Plotly[2]},
+                           "hovertemplate": "step %{x}: lr=%{y:.6g}<extra></extra>"})
     rows = _series(recorded, EFFECTIVE_LR) if recorded is not None else None
     if rows is not None and not rows.empty:
-        fig.add_trace(go.Scatter(x=rows["step"].to_numpy(), y=rows["value"].to_numpy(float),
-                                 name="effective (recorded)",
-                                 mode=point_mode(len(rows), line=False),
-                                 line={"dash": "dot", "color": qualitative.Plotly[4]},
-                                 marker={"size": 4, "color": qualitative.Plotly[4]},
-                                 hovertemplate="step %{x}: _decayed_lr=%{y:.6g}<extra></extra>"))
+        _add_scatter(fig, {"x": rows["step"].to_numpy(), "y": rows["value"].to_numpy(float),
+                           "name": "effective (recorded)",
+                           "mode": point_mode(len(rows), line=False),
+                           "line": {"dash": "dot", "color": qualitative.Plotly[4]},
+                           "marker": {"size": 4, "color": qualitative.Plotly[4]},
+                           "hovertemplate": "step %{x}: _decayed_lr=%{y:.6g}<extra></extra>"})
     schedule_lines(fig, marks)
+    _axis_titles(fig, "step", "learning rate", type="log" if log_y else "linear",
+                 exponentformat="e")
     if now_step is not None:
-        fig.add_vline(x=int(now_step), line={"color": "black", "width": 1},
-                      annotation_text=f"you are here (step {int(now_step):,})",
-                      annotation_position="top left", annotation_font_size=10)
+        _vlines(fig, [(int(now_step), {"color": "black", "width": 1},
+                       {"text": f"you are here (step {int(now_step):,})",
+                        "font": {"size": 10}})], "top left")
         # plotly's autorange makes room for annotations: in a narrow chart the label alone
         # would stretch the axis to negative steps
         xs = [int(x) for x in (planned[0] if planned is not None and len(planned[0]) else [])]
@@ -250,18 +300,20 @@ def learning_rate_figure(
             xs += [int(rows["step"].min()), int(rows["step"].max())]
         xs.append(int(now_step))
         if min(xs) < max(xs):
-            fig.update_xaxes(range=[min(xs), max(xs)])
-    fig.update_xaxes(title_text="step")
-    fig.update_yaxes(title_text="learning rate", type="log" if log_y else "linear",
-                     exponentformat="e")
+            fig["layout"]["xaxis"]["range"] = [min(xs), max(xs)]
     return _finish(fig, uirevision, "Learning rate", height)
 
 
-def loss_figure(
+def learning_rate_figure(*args: Any, **kwargs: Any) -> go.Figure:
+    """`learning_rate_spec(...)` as a `go.Figure` (same arguments)."""
+    return go.Figure(learning_rate_spec(*args, **kwargs))
+
+
+def loss_spec(
     scalars: pd.DataFrame, uirevision: Hashable = "loss", log_y: bool = False, height: int = 340,
     changes: pd.DataFrame | None = None, smoothing: float = 0.0,
     schedule_marks: Sequence[tuple[int, str]] = (),
-) -> go.Figure:
+) -> Spec:
     """Training loss (every recorded step) and validation loss (every `eval_every` steps).
 
     Args:
@@ -275,53 +327,68 @@ def loss_figure(
             raw curve stays as a faint `train loss (raw)` trace behind the smoothed one.
         schedule_marks: `(step, label)` of the learning-rate schedule's regime changes
             (`schedule_lines`).
+
+    Returns:
+        a plotly figure dict (`loss_figure`: the same as a `go.Figure`).
+
+    Raises:
+        ValueError: `smoothing` outside [0, 1) (`ema`).
     """
-    fig = go.Figure()
+    fig: Spec = {"data": [], "layout": {}}
     train = _series(scalars, "train_loss")
     if not train.empty:
         steps, values = train["step"].to_numpy(), train["value"].to_numpy(float)
         if smoothing > 0:
-            fig.add_trace(go.Scatter(x=steps, y=values, name="train loss (raw)", mode="lines",
-                                     opacity=0.3, line={"color": qualitative.Plotly[0]}))
+            _add_scatter(fig, {"x": steps, "y": values, "name": "train loss (raw)",
+                               "mode": "lines", "opacity": 0.3,
+                               "line": {"color": qualitative.Plotly[0]}})
             values = np.asarray(ema(steps, values, smoothing))
-        fig.add_trace(go.Scatter(x=steps, y=values, name="train loss", mode="lines",
-                                 marker={"size": 5}, line={"color": qualitative.Plotly[0]}))
+        _add_scatter(fig, {"x": steps, "y": values, "name": "train loss", "mode": "lines",
+                           "marker": {"size": 5}, "line": {"color": qualitative.Plotly[0]}})
     rows = _series(scalars, "val_loss")
     at_y = _series(scalars, VAL_LOSS_AT_VARIABLES)
     if not rows.empty:
-        fig.add_trace(go.Scatter(
-            x=rows["step"].to_numpy(), y=rows["value"].to_numpy(float),
-            name="val loss at x (the answer)" if not at_y.empty else "val loss",
-            mode=point_mode(len(rows)), marker={"size": 5}, line={"color": qualitative.Plotly[1]},
-        ))
+        _add_scatter(fig, {
+            "x": rows["step"].to_numpy(), "y": rows["value"].to_numpy(float),
+            "name": "val loss at x (the answer)" if not at_y.empty else "val loss",
+            "mode": point_mode(len(rows)), "marker": {"size": 5},
+            "line": {"color": qualitative.Plotly[1]}})
     if not at_y.empty:  # schedule-free: the training point y beside the average x
-        fig.add_trace(go.Scatter(
-            x=at_y["step"].to_numpy(), y=at_y["value"].to_numpy(float),
-            name="val loss at y (the gradients' point)", mode=point_mode(len(at_y)),
-            marker={"size": 5}, line={"color": qualitative.Plotly[1], "dash": "dot"}))
+        _add_scatter(fig, {
+            "x": at_y["step"].to_numpy(), "y": at_y["value"].to_numpy(float),
+            "name": "val loss at y (the gradients' point)", "mode": point_mode(len(at_y)),
+            "marker": {"size": 5}, "line": {"color": qualitative.Plotly[1], "dash": "dot"}})
     last = int(scalars["step"].max()) if scalars is not None and not scalars.empty else 0
     change_markers(fig, changes, span=last or None)
     schedule_lines(fig, schedule_marks)
     decimation_markers(fig, last)
-    fig.update_xaxes(title_text="step")
-    fig.update_yaxes(title_text="loss", type="log" if log_y else "linear")
+    _axis_titles(fig, "step", "loss", type="log" if log_y else "linear")
     return _finish(fig, uirevision, "Loss", height)
 
 
-def accuracy_figure(
+def loss_figure(*args: Any, **kwargs: Any) -> go.Figure:
+    """`loss_spec(...)` as a `go.Figure` (same arguments)."""
+    return go.Figure(loss_spec(*args, **kwargs))
+
+
+def accuracy_spec(
     scalars: pd.DataFrame, uirevision: Hashable = "accuracy", height: int = 340
-) -> go.Figure:
-    """Validation accuracy against step (recorded every `eval_every` steps)."""
-    fig = go.Figure()
+) -> Spec:
+    """Validation accuracy against step (recorded every `eval_every` steps), as a plotly
+    figure dict (`accuracy_figure`: the same as a `go.Figure`)."""
+    fig: Spec = {"data": [], "layout": {}}
     rows = _series(scalars, "val_accuracy")
     if not rows.empty:
-        fig.add_trace(go.Scatter(
-            x=rows["step"].to_numpy(), y=rows["value"].to_numpy(float), name="val accuracy",
-            mode=point_mode(len(rows)), marker={"size": 5},
-        ))
-    fig.update_xaxes(title_text="step")
-    fig.update_yaxes(title_text="accuracy", rangemode="tozero")
+        _add_scatter(fig, {
+            "x": rows["step"].to_numpy(), "y": rows["value"].to_numpy(float),
+            "name": "val accuracy", "mode": point_mode(len(rows)), "marker": {"size": 5}})
+    _axis_titles(fig, "step", "accuracy", rangemode="tozero")
     return _finish(fig, uirevision, "Validation accuracy", height)
+
+
+def accuracy_figure(*args: Any, **kwargs: Any) -> go.Figure:
+    """`accuracy_spec(...)` as a `go.Figure` (same arguments)."""
+    return go.Figure(accuracy_spec(*args, **kwargs))
 
 
 def _fmt(value: float | None) -> str:

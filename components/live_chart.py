@@ -202,11 +202,11 @@ def figure_payload(fig: go.Figure | dict[str, Any], height: int, revision: int =
 
 
 def _typed_array(values: Any) -> Any:
-    """`values` as a plotly.js typed-array spec when it is a list of at least `PACK_FROM`
-    numbers (1-D) or of equal-length number lists (2-D, a heatmap's `z`): int32 when every
-    value is an integer that fits, else float64 (exact: what Python floats are). Anything else
-    (text, None gaps, booleans, a typed array already) is returned unchanged."""
-    if not isinstance(values, (list, tuple)) or len(values) < PACK_FROM:
+    """`values` as a plotly.js typed-array spec when it is a list or NumPy array of at least
+    `PACK_FROM` numbers (1-D) or of equal-length number lists (2-D, a heatmap's `z`): int32
+    when every value is an integer that fits, else float64 (exact: what Python floats are).
+    Anything else (text, None gaps, booleans, a typed array already) is returned unchanged."""
+    if not isinstance(values, (list, tuple, np.ndarray)) or len(values) < PACK_FROM:
         return values
     try:
         array = np.asarray(values)

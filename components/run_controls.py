@@ -233,10 +233,11 @@ def learning_rate_panel(run: dict[str, Any], scalars: pd.DataFrame, live: bool =
                 f"{f', started at step {started + 1:,}' if started else ''}"
                 f"{f', decay {decay:g}' if decay else ''}; line = the schedule in use now, in "
                 "NumPy; dots = the effective rate `_decayed_lr` returned at each recorded step)")
-    fig = figures.learning_rate_figure(preview, recorded, marks, uirevision=run["id"],
-                                       now_step=int(run["step"]) if live else None)
-    if live:
-        live_chart.live_chart(fig, f"lr_{run['id']}", height=int(fig.layout.height or 240))
+    if live:  # a plain figure dict, redrawn twice a second
+        spec = figures.learning_rate_spec(preview, recorded, marks, uirevision=run["id"],
+                                          now_step=int(run["step"]))
+        live_chart.live_chart(spec, f"lr_{run['id']}", height=int(spec["layout"]["height"]))
     else:
+        fig = figures.learning_rate_figure(preview, recorded, marks, uirevision=run["id"])
         st.plotly_chart(fig, key=f"lr_{run['id']}", width="stretch",
                         config={"displaylogo": False})
