@@ -180,9 +180,10 @@ def test_live_charts_are_patched_in_place_and_a_change_shows_on_the_loss_curve(t
         live = wait_for_page_run(page, page_runs, timers, hidden_at, 5.0)
         hidden = requests_in(page, sent, 10.5, live)
         assert hidden.get("timer", 0) <= 3, hidden  # 2 at 5 s, one more at the window's edge
-        # nothing else asks for the run either: at most one chart asking for its whole figure
-        # (a patch that crossed the page run), no page run
-        assert hidden.get("fragment", 0) <= 1 and hidden.get("page", 0) == 0, hidden
+        # nothing else polls: besides the timer, at most each chart asking once for its whole
+        # figure (a patch that crossed the page run, under load, is not drawn: it resyncs)
+        charts = page.evaluate(SAMPLE_JS, False)["count"]
+        assert hidden.get("fragment", 0) + hidden.get("page", 0) <= charts, (hidden, charts)
         shown_at = time.monotonic()
         page.evaluate(VISIBILITY_JS, "visible")
         live = wait_for_page_run(page, page_runs, timers, shown_at, 0.5)
