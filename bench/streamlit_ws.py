@@ -207,6 +207,12 @@ class BrowserlessSession:
         self.widget_states[wid] = WidgetState(id=wid, double_value=float(value))
         await self._send_rerun()
 
+    async def set_text(self, label: str, value: str) -> None:
+        """Type `value` into the text input called `label` and press Enter."""
+        _, wid = self.widgets[label]
+        self.widget_states[wid] = WidgetState(id=wid, string_value=str(value))
+        await self._send_rerun()
+
     def watch(self, pattern: bytes) -> None:
         """Note the monotonic time when the regular expression `pattern` first matches a
         received frame (`watches[pattern]`)."""

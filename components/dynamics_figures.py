@@ -6,7 +6,8 @@ value, seconds), names from `engine.diagnostics.catalog`. No Streamlit, no Tenso
 * `sharpness_figure`: lambda_1(H) against its threshold (2/lr, 2(1+beta)/lr, ...) and, for
   Adam/RMSprop, lambda_1(P^-1 H) against (2 + 2 beta_1)/((1 - beta_1) lr), with the first step
   where each reached its threshold marked (`threshold_crossing`);
-* `update_ratio_figure`: ||delta w|| / ||w|| per variable on a log axis with the 1e-3 band;
+* `update_ratio_figure` (`update_ratio_spec`, a figure dict, live): ||delta w|| / ||w|| per
+  variable on a log axis with the 1e-3 band;
 * `noise_scale_figure`: B_simple beside the run's batch size (log axis);
 * `cost_metrics`: the cost meter (ms per record, amortised ms per step, share of the step);
 * `comparison_figure`: one diagnostic of several runs overlaid (the Runs page).
@@ -14,6 +15,7 @@ value, seconds), names from `engine.diagnostics.catalog`. No Streamlit, no Tenso
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +23,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from components.figures import _finish
+from components.figures import Spec, _finish, _vlines
 from components.run_figures import run_colors
 from engine.diagnostics import catalog
 
@@ -103,26 +105,44 @@ def sharpness_figure(diagnostics: pd.DataFrame | None, optimizer: str,
     return fig
 
 
-def update_ratio_figure(diagnostics: pd.DataFrame | None, uirevision: Hashable = "ratio",
-                        marks: Sequence[int] = (), height: int = 340) -> go.Figure:
+def update_ratio_spec(diagnostics: pd.DataFrame | None, uirevision: Hashable = "ratio",
+                      marks: Sequence[int] = (), height: int = 340) -> Spec:
     """||delta w|| / ||w|| per variable (log y), the 3e-4..3e-3 band around the 1e-3 rule of
     thumb, and dotted lines at `marks` (steps where the learning rate was changed or a
-    schedule changes regime)."""
-    fig = go.Figure()
+    schedule changes regime), as a plotly figure dict: redrawn at every live refresh, where a
+    graph object's validation (`add_hrect`, `add_hline`, an `add_vline` per mark) cost more
+    than every other chart of the page together."""
+    spec: Spec = {"data": [], "layout": {}}
     rows = (diagnostics[diagnostics["name"] == catalog.UPDATE_RATIO]
             if diagnostics is not None and not diagnostics.empty else pd.DataFrame())
     for variable, part in (rows.groupby("variable", sort=False) if not rows.empty else ()):
         part = part.sort_values("step")
-        fig.add_trace(go.Scatter(x=part["step"], y=part["value"], mode="lines", name=variable))
+        spec["data"].append({"type": "scatter", "x": part["step"].to_numpy(),
+                             "y": part["value"].to_numpy(float), "mode": "lines",
+                             "name": variable})
     low, high = catalog.RATIO_BAND
-    fig.add_hrect(y0=low, y1=high, fillcolor=COLORS["band"], line_width=0, layer="below")
-    fig.add_hline(y=catalog.RATIO_TARGET, line={"color": "green", "dash": "dash", "width": 1},
-                  annotation_text="1e-3 rule of thumb", annotation_position="top left")
-    for step in marks:
-        fig.add_vline(x=step, line={"color": "grey", "dash": "dot"})
-    fig.update_yaxes(type="log", title_text="‖Δw‖ / ‖w‖")
-    fig.update_xaxes(title_text="step")
-    return _finish(fig, uirevision, "Update / weight ratio per variable", height)
+    target = catalog.RATIO_TARGET
+    spec["layout"] = {
+        "shapes": [
+            {"type": "rect", "xref": "x domain", "yref": "y", "x0": 0, "x1": 1, "y0": low,
+             "y1": high, "fillcolor": COLORS["band"], "line": {"width": 0}, "layer": "below"},
+            {"type": "line", "xref": "x domain", "yref": "y", "x0": 0, "x1": 1, "y0": target,
+             "y1": target, "line": {"color": "green", "dash": "dash", "width": 1}}],
+        # on a log axis an annotation's y is log10 of the value (plotly.js), a shape's is not
+        "annotations": [{"text": "1e-3 rule of thumb", "showarrow": False, "xref": "x domain",
+                         "x": 0, "xanchor": "left", "yref": "y", "y": math.log10(target),
+                         "yanchor": "bottom"}],
+        "yaxis": {"type": "log", "title": {"text": "‖Δw‖ / ‖w‖"}},
+        "xaxis": {"title": {"text": "step"}},
+    }
+    _vlines(spec, [(int(step), {"color": "grey", "dash": "dot"}, None) for step in marks],
+            "top left")
+    return _finish(spec, uirevision, "Update / weight ratio per variable", height)
+
+
+def update_ratio_figure(*args: Any, **kwargs: Any) -> go.Figure:
+    """`update_ratio_spec(...)` as a `go.Figure` (same arguments)."""
+    return go.Figure(update_ratio_spec(*args, **kwargs))
 
 
 def noise_scale_figure(diagnostics: pd.DataFrame | None, batch_size: int,

@@ -233,3 +233,25 @@ def test_threshold_crossing_marks_the_first_step_that_reaches_it():
                                    tolerance=0.0) == 150
     fig = figs.sharpness_figure(rows, "sgd")
     assert any("reached at step 100" in str(t.text) for t in fig.data)
+
+
+def test_the_update_ratio_chart_draws_each_variable_the_band_and_the_marks():
+    """The live dict and the Figure say the same: one line per variable with its values, the
+    rule-of-thumb band and line, its label AT 1e-3 on the log axis (an annotation's y on a
+    log axis is log10 of the value in plotly.js), a dotted line per learning-rate mark."""
+    rows = pd.DataFrame({
+        "step": [10, 20, 10, 20], "name": [catalog.UPDATE_RATIO] * 4,
+        "variable": ["dense/kernel:0", "dense/kernel:0", "dense/bias:0", "dense/bias:0"],
+        "value": [1e-3, 2e-3, 5e-4, 4e-4], "seconds": [0.0] * 4})
+    spec = figs.update_ratio_spec(rows, uirevision=3, marks=[15])
+    fig = figs.update_ratio_figure(rows, uirevision=3, marks=[15])
+    for traces in (spec["data"], fig.to_plotly_json()["data"]):
+        assert [t["name"] for t in traces] == ["dense/kernel:0", "dense/bias:0"]
+    assert list(fig.data[0].y) == [1e-3, 2e-3] and list(fig.data[1].x) == [10, 20]
+    band, rule, mark = fig.layout.shapes
+    assert (band.y0, band.y1) == catalog.RATIO_BAND and band.xref == "x domain"
+    assert rule.y0 == rule.y1 == catalog.RATIO_TARGET == 1e-3
+    assert (mark.x0, mark.x1, mark.line.dash) == (15, 15, "dot")
+    (label,) = fig.layout.annotations
+    assert label.text == "1e-3 rule of thumb" and label.y == pytest.approx(-3.0)
+    assert fig.layout.yaxis.type == "log" and fig.layout.uirevision == 3

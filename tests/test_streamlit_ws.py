@@ -120,3 +120,27 @@ def test_the_session_keeps_timers_cache_and_widgets_as_a_browser():
     assert (trigger.id, trigger.trigger_value) == ("$$ID-start", True)
     assert not session.widget_states  # a trigger is sent once
     assert session.reruns[0].done is not None  # the first request was served
+
+
+def test_a_typed_text_stays_in_every_later_request():
+    """`set_text` sends the text input's `string_value` with a page run, and, unlike a
+    button's trigger, keeps sending it (a browser keeps a widget's value)."""
+    def nickname(msg: ForwardMsg) -> None:
+        msg.delta.new_element.text_input.label = "your nickname"
+        msg.delta.new_element.text_input.id = "$$ID-nick"
+
+    async def scenario() -> FakeSocket:
+        session = BrowserlessSession("http://127.0.0.1:1/train?challenge=3")
+        session._ws = socket = FakeSocket()
+        await session._send_rerun()
+        session._handle(frame(lambda m: m.new_session.SetInParent()))
+        session._handle(frame(nickname))
+        await session.set_text("your nickname", "ada")
+        await session._send_rerun()
+        return socket
+
+    _, typed, later = asyncio.run(scenario()).sent
+    for message in (typed, later):
+        (state,) = message.rerun_script.widget_states.widgets
+        assert (state.id, state.string_value) == ("$$ID-nick", "ada")
+        assert not message.rerun_script.fragment_id  # a page run
