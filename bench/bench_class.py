@@ -1,22 +1,26 @@
 """Benchmark: a class of N students on one server, each watching a live run of their own.
 
 For each N (`--n 1,10,25,50`) the bench starts a fresh `streamlit run app.py` (from `--root`,
-default this checkout; a private `OPTIMIZER_LAB_HOME`) and opens N sessions on the entry URL
-(`--entry`, default `/train`; a challenge link such as `/train?challenge=ID` works the same).
-Every session loads the page, presses **Start** (the default setup), watches its run, and
-5 s after its run trains types one new `learning_rate` (a value unique to the session), then
-keeps watching until `--duration` seconds after it connected. One table row per N:
+default this checkout; a private `OPTIMIZER_LAB_HOME`), stores one class challenge (the
+default setup, `learning_rate` free, goal: the lowest validation loss at the last step; made by
+the served checkout's own code) and opens N student sessions on its link
+(`/train?challenge=ID`) and one teacher session on its board (`/class_board?challenge=ID`, the
+teacher secret entered). Every student loads the page, types a nickname, presses **Start**,
+watches its run, and 5 s after its run trains types one new `learning_rate` (a value unique to
+the session), then keeps watching until `--duration` seconds after it connected. `--entry
+/train` (any page and query) opens that page instead, without a challenge or a teacher. One
+table row per N:
 
 * `train@once`: most runs in status `running` at one sample (1/s); `queue max`: the longest
   Start -> "status running, step >= 1" a session saw on its page (`>` = still waiting at the end);
 * `steps/s min/med`: per run that trained >= 5 s, (last step - first step) / time between the
   1 s store samples;
-* `refresh p50/p95`: a fragment rerun's request -> its `script_finished` (seconds; requests the
-  server merged into a later run count from their own sending); `rr/s` fragment reruns finished
-  per session per second; `KB/rr` mean bytes received per fragment rerun (its `new_session` to
-  its `script_finished`);
-* `srv CPU/RSS`: the Streamlit process's CPU (% of one core over the window) and its largest
-  RSS; `ms/rr`: its CPU milliseconds per fragment rerun finished (every session's, page runs
+* `refresh p50/p95`: a student's fragment rerun's request -> its `script_finished` (seconds;
+  requests the server merged into a later run count from their own sending); `board p95`: the
+  same for the teacher's board; `rr/s` fragment reruns finished per student per second; `KB/rr`
+  mean bytes received per student fragment rerun (its `new_session` to its `script_finished`);
+* `srv CPU/RSS`: the Streamlit processes' CPU (% of one core over the window, summed over
+  `--servers`) and their largest total RSS; `ms/rr`: its CPU milliseconds per fragment rerun finished (every session's, page runs
   included in the CPU): the cost of one refresh, which other load on the machine changes
   least; `runs RSS`: the largest total RSS of every other process of this data directory (the
   run processes / hosts: every process whose environment holds this `OPTIMIZER_LAB_HOME`);
@@ -44,14 +48,23 @@ the same `parse_forward`). Run on 2026-11-27 with a load average of 35-60 on the
 renderer, starved of CPU, fires the 0.5 s timer late) and had 0.16-0.28 fragment reruns/s
 finished; the websocket sessions sent 1.0-2.1 requests/s and had 0.02-0.07 finished (K=2: the
 first two Starts train, the others queue, so the sessions did not watch the same thing; K=1:
-both runs trained, 0.26 against 0.05). The cause is not established; repeat `--compare 1` on
-a quiet machine before trusting the rerun rates of the table (its bytes per rerun and the
-store-side columns do not depend on it).
+both runs trained, 0.26 against 0.05). Repeated the same day with a load average of 5.7
+(`--compare 1`), they agree: 1.54 fragment reruns finished per second per Chromium page,
+1.59 per websocket session. Under a starved CPU the browser's own timers fire late, which the
+websocket client does not imitate: trust the table's rerun rates when the machine has CPU to
+spare (its bytes per rerun and the store-side columns do not depend on it).
 
     python bench/bench_class.py --n 1,5 --duration 30          # quick
     python bench/bench_class.py --n 1,10,25,50 --duration 90
     python bench/bench_class.py --compare 2 --duration 40
     python bench/bench_class.py --root /path/to/old/checkout --n 1,10   # "before"
+    python bench/bench_class.py --n 50 --store postgresql --servers 2      # past one server
+
+`--store postgresql` starts a private PostgreSQL server per row (`tests/_postgres.py`: Debian's
+`postgresql` package, a Unix socket in a temp directory) and points every server and run host
+at it (`OPTIMIZER_LAB_STORE`); `--servers K` starts K Streamlit servers over the one store and
+hands the students to them in turn, as a load balancer with sticky sessions would. The store is
+sampled through its own interface (`RunStore.frame`, `RunStore.immediate`), either backend.
 
 Not a test: numbers to compare before/after on the same machine (2 shared cores here; other
 work on the machine shows in every column: the load average is printed with each row).
@@ -61,12 +74,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -78,7 +91,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from _postgres import missing_reason, postgres_server  # noqa: E402
 from _streamlit_server import free_port, health  # noqa: E402
+from runs.store.files import STORE_ENV  # noqa: E402
+from runs.store.run_store import RunStore  # noqa: E402
 from streamlit_ws import BrowserlessSession, parse_forward  # noqa: E402
 
 STATUS = r"Run #(\d+) · status (\w+) · step (\d+)"
@@ -166,28 +183,67 @@ class Samples:
     writes: list[float] = field(default_factory=list)
 
 
-def sample(home: Path, server: int, stop: threading.Event, out: Samples) -> None:
-    db = home / "runs.sqlite"
+def sample(store: RunStore, home: Path, servers: list[int], stop: threading.Event,
+           out: Samples) -> None:
+    """Every second: the runs' status and step and a probe write, through the store's own
+    interface (SQLite or PostgreSQL), and the processes' CPU and memory."""
     while not stop.wait(1.0):
         now = time.monotonic()
         try:
-            con = sqlite3.connect(db, timeout=30)
-            try:
-                rows = con.execute("SELECT id, status, step FROM runs").fetchall()
-                out.runs.append((now, {i: (s, int(n or 0)) for i, s, n in rows}))
-                start = time.monotonic()
-                con.execute("BEGIN IMMEDIATE")
+            rows = store.frame("SELECT id, status, step FROM runs", ())
+            out.runs.append((now, {int(i): (s, int(n or 0)) for i, s, n in
+                                   zip(rows["id"], rows["status"], rows["step"].fillna(0))}))
+            start = time.monotonic()
+            with store.immediate() as con:  # what a record batch waits for: lock + commit
                 con.execute("CREATE TABLE IF NOT EXISTS bench_probe (t REAL)")
                 con.execute("INSERT INTO bench_probe VALUES (?)", (time.time(),))
-                con.commit()
-                out.writes.append(time.monotonic() - start)
-            finally:
-                con.close()
-        except sqlite3.Error:
+            out.writes.append(time.monotonic() - start)
+        except Exception:  # noqa: BLE001 - a busy store skips one sample, the bench goes on
             pass
-        out.server_cpu.append((now, cpu_s(server)))
-        out.server_rss.append(rss_mb(server))
-        out.runs_rss.append(sum(rss_mb(p) for p in home_pids(home) if p != server))
+        out.server_cpu.append((now, sum(cpu_s(pid) for pid in servers)))
+        out.server_rss.append(sum(rss_mb(pid) for pid in servers))
+        out.runs_rss.append(sum(rss_mb(p) for p in home_pids(home) if p not in servers))
+
+
+# ----- the challenge ----------------------------------------------------------------------------
+TEACHER_SECRET = "bench-chalk"
+CHALLENGE_SCRIPT = """
+import sys
+from runs.service import challenges
+from runs.store.run_store import RunStore
+from settings.run_config import RunConfig
+base = RunConfig().to_json_dict()
+print(challenges.create_challenge(RunStore(sys.argv[1]), dict(
+    title="bench class", base=base, optimizers=[base["optimizer"]], free=["learning_rate"],
+    goal="val_loss_at_step", goal_step=int(base["steps"]))))
+"""
+
+
+def create_challenge(root: Path, home: Path, location: str) -> int:
+    """Store the bench's challenge in the store at `location` (a SQLite file or PostgreSQL
+    URL) with `root`'s own code (its schema); its id."""
+    done = subprocess.run([sys.executable, "-c", CHALLENGE_SCRIPT, location],
+                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root),
+                                             OPTIMIZER_LAB_HOME=str(home)),
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode:
+        raise RuntimeError(f"the challenge was not stored: {done.stderr[-2000:]}")
+    return int(done.stdout.split()[-1])
+
+
+async def teacher(url: str, until: float) -> BrowserlessSession:
+    """The teacher: opens the board, enters the secret, watches until `until`."""
+    session = BrowserlessSession(url)
+
+    async def actions(s: BrowserlessSession) -> None:
+        await s.loaded(until - time.monotonic())
+        while "teacher secret" not in s.widgets and time.monotonic() < until:
+            await asyncio.sleep(0.2)
+        if "teacher secret" in s.widgets:
+            await s.set_text("teacher secret", TEACHER_SECRET)
+
+    await session.run(until, actions)
+    return session
 
 
 # ----- one session -------------------------------------------------------------------------------
@@ -205,7 +261,9 @@ class Student:
     error: str = ""
 
 
-async def student(url: str, me: Student, until: float) -> BrowserlessSession:
+async def student(url: str, me: Student, until: float, challenge: bool = False
+                  ) -> BrowserlessSession:
+    """One student on `url` (a challenge link when `challenge`: it types a nickname)."""
     session = BrowserlessSession(url)
     # the change marker's text, `learning_rate → value` (UTF-8 or JSON-escaped), the value
     # not followed by another digit (0.0011 is not 0.00113)
@@ -215,6 +273,11 @@ async def student(url: str, me: Student, until: float) -> BrowserlessSession:
     async def actions(s: BrowserlessSession) -> None:
         try:
             await s.loaded(until - time.monotonic())
+            if challenge:  # a challenge link: a nickname first, then Start is enabled
+                while "your nickname" not in s.widgets and time.monotonic() < until:
+                    await asyncio.sleep(0.2)
+                await s.set_text("your nickname", f"student{me.index}")
+                await s.idle(until - time.monotonic())
             while "Start" not in s.widgets and time.monotonic() < until:
                 await asyncio.sleep(0.2)
             me.pressed = time.monotonic()
@@ -263,27 +326,23 @@ def expected_records(step: int) -> int:
     return count
 
 
-def store_checks(home: Path, students: list[Student]) -> tuple[int, int]:
+def store_checks(store: RunStore, students: list[Student]) -> tuple[int, int]:
     """(cross-talk, lost records) read from the store after the sessions closed."""
-    con = sqlite3.connect(home / "runs.sqlite", timeout=60)
-    try:
-        ids = [s.run_id for s in students if s.run_id is not None]
-        xtalk = len(ids) - len(set(ids))
-        commands = con.execute("SELECT run_id, payload FROM commands WHERE kind = 'set_hyper'"
-                               ).fetchall()
-        by_value = {s.lr: s.run_id for s in students}
-        for run_id, payload in commands:  # a value typed by session i must steer i's run
-            value = json.loads(payload).get("value")
-            if value in by_value and run_id != by_value[value]:
-                xtalk += 1
-        lost = 0
-        for run_id, step in con.execute("SELECT id, step FROM runs").fetchall():
-            have = con.execute("SELECT COUNT(DISTINCT step) FROM scalars WHERE run_id = ? AND"
-                               " name = 'train_loss' AND step BETWEEN 1 AND ?",
-                               (run_id, step or 0)).fetchone()[0]
-            lost += max(0, expected_records(int(step or 0)) - have)
-    finally:
-        con.close()
+    ids = [s.run_id for s in students if s.run_id is not None]
+    xtalk = len(ids) - len(set(ids))
+    commands = store.frame("SELECT run_id, payload FROM commands WHERE kind = 'set_hyper'", ())
+    by_value = {s.lr: s.run_id for s in students}
+    for run_id, payload in zip(commands["run_id"], commands["payload"]):
+        value = json.loads(payload).get("value")  # a value typed by session i steers i's run
+        if value in by_value and int(run_id) != by_value[value]:
+            xtalk += 1
+    lost = 0
+    runs = store.frame("SELECT id, step FROM runs", ())
+    for run_id, step in zip(runs["id"], runs["step"].fillna(0)):
+        have = store.frame("SELECT COUNT(DISTINCT step) AS n FROM scalars WHERE run_id = ? AND"
+                           " name = 'train_loss' AND step BETWEEN 1 AND ?",
+                           (int(run_id), int(step)))["n"].iloc[0]
+        lost += max(0, expected_records(int(step)) - int(have))
     return xtalk, lost
 
 
@@ -309,31 +368,53 @@ class Row:
 
 def class_row(n: int, args: argparse.Namespace, previous: Row | None) -> Row:
     home = Path(tempfile.mkdtemp(prefix=f"bench-class-{n}-"))
-    proc, base = serve(args.root, home, dict(args.env))
-    samples, stop = Samples(), threading.Event()
-    sampler = threading.Thread(target=sample, args=(home, proc.pid, stop, samples), daemon=True)
-    students = [Student(i, round(0.0011 + 0.00001 * i, 8)) for i in range(n)]
-    try:
-        sampler.start()
-        start = time.monotonic()
+    board = args.entry is None
+    entry, env = args.entry, dict(args.env)
+    with contextlib.ExitStack() as stack:
+        location = str(home / "runs.sqlite")
+        if args.store == "postgresql":  # a private server, stopped when the row is done
+            location = stack.enter_context(postgres_server())
+            env[STORE_ENV] = location
+        if board:
+            challenge = create_challenge(args.root, home, location)
+            entry = f"/train?challenge={challenge}"
+            env.setdefault("OPTIMIZER_LAB_TEACHER_SECRET", TEACHER_SECRET)
+        store = RunStore(location)
+        servers: list[tuple[subprocess.Popen, str]] = []
+        samples, stop = Samples(), threading.Event()
+        students = [Student(i, round(0.0011 + 0.00001 * i, 8)) for i in range(n)]
+        try:
+            servers += [serve(args.root, home, env) for _ in range(args.servers)]
+            sampler = threading.Thread(target=sample, daemon=True, args=(
+                store, home, [proc.pid for proc, _ in servers], stop, samples))
+            sampler.start()
+            start = time.monotonic()
 
-        async def everyone() -> list[BrowserlessSession]:
-            tasks = []
-            for s in students:
-                tasks.append(asyncio.create_task(student(
-                    base + args.entry, s, time.monotonic() + args.duration)))
-                await asyncio.sleep(args.stagger)
-            return await asyncio.gather(*tasks)
+            async def everyone() -> tuple[list[BrowserlessSession], BrowserlessSession | None]:
+                # the teacher on the first server; students take the servers in turn (what
+                # a load balancer with sticky sessions does with new sessions)
+                watching = asyncio.create_task(teacher(
+                    f"{servers[0][1]}/class_board?challenge={challenge}",
+                    time.monotonic() + args.duration)) if board else None
+                tasks = []
+                for s in students:
+                    tasks.append(asyncio.create_task(student(
+                        servers[s.index % len(servers)][1] + entry, s,
+                        time.monotonic() + args.duration, board)))
+                    await asyncio.sleep(args.stagger)
+                return await asyncio.gather(*tasks), (await watching if watching else None)
 
-        sessions = asyncio.run(everyone())
-        window = time.monotonic() - start
-    finally:
-        stop.set()
-        sampler.join(timeout=10)
-        stop_all(proc, home)
-    xtalk, lost = store_checks(home, students)
+            sessions, board_session = asyncio.run(everyone())
+            window = time.monotonic() - start
+        finally:
+            stop.set()
+            for proc, _ in servers:
+                stop_all(proc, home)
+        xtalk, lost = store_checks(store, students)
     frag = [r for s in sessions for r in s.reruns if r.fragment and r.done is not None]
     refresh = [r.done - r.sent for r in frag]
+    board_refresh = [r.done - r.sent for r in (board_session.reruns if board_session else [])
+                     if r.fragment and r.done is not None]
     finished = [sum(1 for _, _, f in s.finished if f) for s in sessions]
     frag_bytes = [b for s in sessions for is_fragment, b in s.run_bytes if is_fragment]
     waits = [(s.running - s.pressed) for s in students if s.running and s.pressed]
@@ -357,7 +438,7 @@ def class_row(n: int, args: argparse.Namespace, previous: Row | None) -> Row:
     errors = [s.error for s in students if s.error]
     text = (f"{n:>3} | {at_once:>3} | {queue_text:>12} | "
             f"{min(rates, default=float('nan')):6.1f} {statistics.median(rates) if rates else float('nan'):6.1f} | "
-            f"{pct(refresh, .5):5.2f} {pct(refresh, .95):5.2f} | "
+            f"{pct(refresh, .5):5.2f} {pct(refresh, .95):5.2f} {pct(board_refresh, .95):5.2f} | "
             f"{statistics.mean(finished) / window if finished else 0:4.2f} | "
             f"{statistics.mean(frag_bytes) / 1024 if frag_bytes else 0:6.1f} | "
             f"{cpu_pct:4.0f}% {max(samples.server_rss, default=0):6.0f} {cpu_per_rerun:6.0f} | "
@@ -369,7 +450,8 @@ def class_row(n: int, args: argparse.Namespace, previous: Row | None) -> Row:
     return Row(n, text, runs_rss, at_once)
 
 
-HEADER = ("  N | run | queue max s  | steps/s min  med | refresh p50 p95 | rr/s | KB/rr  | "
+HEADER = ("  N | run | queue max s  | steps/s min  med | refresh p50 p95 board p95 | rr/s | "
+          "KB/rr  | "
           "srv CPU  RSS MB  ms/rr | runs RSS | MB/run | write p95 ms | xtalk | lost | marker p95 s "
           "(seen) | load")
 
@@ -381,7 +463,7 @@ def compare(args: argparse.Namespace) -> None:
 
     home = Path(tempfile.mkdtemp(prefix="bench-class-compare-"))
     proc, base = serve(args.root, home, dict(args.env))
-    url = base + args.entry
+    url = base + (args.entry or "/train")
     results: list[str] = []
     try:
         students = [Student(i, round(0.0011 + 0.00001 * i, 8)) for i in range(args.compare)]
@@ -456,9 +538,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", default="1,10,25,50", help="session counts, comma-separated")
     parser.add_argument("--duration", type=float, default=90.0,
                         help="seconds each session stays connected")
-    parser.add_argument("--entry", default="/train",
-                        help="the page every session opens, with its query (e.g. "
-                             "/train?challenge=ID)")
+    parser.add_argument("--entry", default=None,
+                        help="the page every session opens, with its query (e.g. /train): "
+                             "no challenge, no teacher (default: the bench's challenge)")
+    parser.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite",
+                        help="the run store: the embedded SQLite file, or a private "
+                             "PostgreSQL server (Debian's postgresql package) started per row")
+    parser.add_argument("--servers", type=int, default=1,
+                        help="Streamlit servers over the one store (students take them in turn)")
     parser.add_argument("--stagger", type=float, default=0.1,
                         help="seconds between two sessions connecting")
     parser.add_argument("--env", action="append", default=[], type=lambda v: v.split("=", 1),
@@ -470,10 +557,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         compare(args)
         return 0
+    if not 1 <= args.servers <= 8:
+        parser.error(f"--servers {args.servers} refused: must be in [1, 8]")
+    if args.store == "postgresql" and missing_reason():
+        parser.error(f"--store postgresql: {missing_reason()}")
     counts = [int(v) for v in args.n.split(",") if v.strip()]
     if any(not 1 <= c <= 200 for c in counts):
         parser.error(f"--n {args.n!r} refused: each count must be in [1, 200]")
-    print(f"bench_class: root {args.root}, entry {args.entry}, {args.duration:g} s per N, "
+    print(f"bench_class: root {args.root}, entry {args.entry or 'a challenge + its board'}, {args.servers} server(s) over {args.store}, {args.duration:g} s per N, "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at start", flush=True)
     print(HEADER, flush=True)
     previous = None

@@ -123,11 +123,20 @@ def _axis_titles(spec: Spec, x: str, y: str, **yaxis: Any) -> None:
 
 
 def _series(scalars: pd.DataFrame, name: str) -> pd.DataFrame:
-    """The rows of scalar `name` (columns step, value), sorted by step."""
+    """The rows of scalar `name` (columns step, value), sorted by step.
+
+    In NumPy: a live refresh calls this five times, and pandas' `.loc[mask, [columns]]` plus
+    `sort_values` (an Arrow string index built per call) was a sixth of the server's CPU time
+    with 25 pages watching."""
     if scalars is None or scalars.empty:
         return pd.DataFrame({"step": [], "value": []})
-    rows = scalars.loc[scalars["name"] == name, ["step", "value"]]
-    return rows.sort_values("step", kind="stable")
+    mask = (scalars["name"] == name).to_numpy(dtype=bool, na_value=False)
+    steps = scalars["step"].to_numpy()[mask]
+    values = scalars["value"].to_numpy()[mask]
+    if steps.size > 1 and (np.diff(steps) < 0).any():  # the store's order is by step already
+        order = np.argsort(steps, kind="stable")
+        steps, values = steps[order], values[order]
+    return pd.DataFrame({"step": steps, "value": values})
 
 
 def ema(steps: Sequence[int], values: Sequence[float], smoothing: float) -> list[float]:
