@@ -12,14 +12,15 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from components import figures
+from components import figures, slot_figures
 from components.charts import chart
 from components import inspect_figures
 from components import rule_view
 from schedules import preview as schedule_curves, table as schedule_specs
 from optimizers.routing import ROUTES_KEY
 from runs.store.run_store import RunStore
-from components.figures import DISPLAY_POINTS, HEATMAP_STEPS
+from components.figures import DISPLAY_POINTS
+from components.slot_figures import HEATMAP_STEPS
 
 ADAM_UPDATE = ("`lr_t * m / (sqrt(v) + epsilon)` with `lr_t = lr * sqrt(1 - beta_2^t) / "
                "(1 - beta_1^t)`")
@@ -116,16 +117,16 @@ def slots_tab(store: RunStore, run: dict[str, Any], live: bool = False) -> None:
     slots = list(dict.fromkeys(stats.loc[stats["variable"] == variable, "slot"]))
     log_key = f"slot_log_{rid}"
     if log_key not in st.session_state:  # first view: second moments / accumulators on log
-        st.session_state[log_key] = figures.default_log_slots(
+        st.session_state[log_key] = slot_figures.default_log_slots(
             list(dict.fromkeys(stats["slot"])))
     log_slots = st.multiselect("log axis for", list(dict.fromkeys(stats["slot"])), key=log_key,
                                help="slots drawn on a logarithmic y axis")
-    chart(figures.slot_rows_figure(stats, variable, log_slots, uirevision=f"{rid}-{variable}"),
+    chart(slot_figures.slot_rows_figure(stats, variable, log_slots, uirevision=f"{rid}-{variable}"),
           f"slotstats_{rid}", live)
     slot = st.selectbox("slot (distribution over the steps)", slots, key=f"slot_slot_{rid}",
                         index=slots.index("update") if "update" in slots else 0)
     hist = store.histograms(rid, variable, slot, max_points=HEATMAP_STEPS)
-    chart(figures.distribution_heatmap(hist, f"Distribution of {slot} of {variable}",
+    chart(slot_figures.distribution_heatmap(hist, f"Distribution of {slot} of {variable}",
                                        uirevision=f"{rid}-{variable}-{slot}"), f"heat_{rid}",
           live)
     st.caption(slot_caption(run["config"]["optimizer"], slots))

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from components import figures
+from components import figures, slot_figures
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_slot_rows_figure_one_row_per_slot_three_statistics():
         "mean": [0.1, 0.2, 0.3, 0.15, 0.25, 0.35, 9.0],
         "std": [0.01, 0.02, 0.03, 0.015, 0.025, 0.035, 9.0],
     })
-    fig = figures.slot_rows_figure(stats, "dense/kernel", uirevision=5)
+    fig = slot_figures.slot_rows_figure(stats, "dense/kernel", uirevision=5)
     assert fig.layout.uirevision == 5
     assert len(fig.data) == 9  # 3 slots x 3 statistics
     by_axis = {}
@@ -133,18 +133,18 @@ def _histograms() -> pd.DataFrame:
 def test_rebin_conserves_counts_and_places_mass():
     edges = np.linspace(-2.0, 2.0, 9)  # cells of width 0.5
     counts = [0] * 31 + [10]  # all mass in the top bin of [0, 1]
-    out = figures.rebin(0.0, 1.0, counts, edges)
+    out = slot_figures.rebin(0.0, 1.0, counts, edges)
     assert out.sum() == pytest.approx(10)
     assert out[5] == pytest.approx(10)  # [0.5, 1.0)
-    flat = figures.rebin(0.3, 0.3, [5] * 32, edges)
+    flat = slot_figures.rebin(0.3, 0.3, [5] * 32, edges)
     assert flat.sum() == pytest.approx(160) and flat[4] == pytest.approx(160)
-    split = figures.rebin(-0.25, 0.25, [4], edges)  # one bin straddling two cells
+    split = slot_figures.rebin(-0.25, 0.25, [4], edges)  # one bin straddling two cells
     assert list(split[3:5]) == pytest.approx([2.0, 2.0])
 
 
 def test_distribution_heatmap_rebins_on_common_grid_and_conserves_counts():
     hist = _histograms()
-    fig = figures.distribution_heatmap(hist, title="m of dense/kernel", uirevision=9, bins=40)
+    fig = slot_figures.distribution_heatmap(hist, title="m of dense/kernel", uirevision=9, bins=40)
     assert fig.layout.uirevision == 9
     assert fig.layout.title.text == "m of dense/kernel"
     (heat,) = fig.data
@@ -161,9 +161,9 @@ def test_distribution_heatmap_rebins_on_common_grid_and_conserves_counts():
 
 def test_distribution_heatmap_all_flat_and_empty():
     flat = pd.DataFrame({"step": [1, 2], "lo": [0.0, 0.0], "hi": [0.0, 0.0], "counts": [[3] * 32, [1] * 32]})
-    z = np.array(figures.distribution_heatmap(flat).data[0].z)
+    z = np.array(slot_figures.distribution_heatmap(flat).data[0].z)
     assert z.sum(axis=0) == pytest.approx([96, 32])
-    empty = figures.distribution_heatmap(pd.DataFrame(columns=["step", "lo", "hi", "counts"]), uirevision=3)
+    empty = slot_figures.distribution_heatmap(pd.DataFrame(columns=["step", "lo", "hi", "counts"]), uirevision=3)
     assert len(empty.data) == 0 and empty.layout.uirevision == 3
 
 
@@ -218,16 +218,16 @@ def test_slot_rows_figure_log_axis_per_slot():
         "mean": [0.1, 1e-8, 0.3, 0.15, 2e-8, 0.35],
         "std": [0.01, 1e-8, 0.03, 0.015, 2e-8, 0.035],
     })
-    log = figures.default_log_slots(["m", "v", "update", "rms", "accumulator", "vhat"])
+    log = slot_figures.default_log_slots(["m", "v", "update", "rms", "accumulator", "vhat"])
     assert log == ["v", "rms", "accumulator", "vhat"]
-    fig = figures.slot_rows_figure(stats, "dense/kernel", log)
+    fig = slot_figures.slot_rows_figure(stats, "dense/kernel", log)
     assert [fig.layout.yaxis.type, fig.layout.yaxis2.type, fig.layout.yaxis3.type] == \
         ["linear", "log", "linear"]
     assert len(fig.data) == 9 and sum(bool(t.showlegend) for t in fig.data) == 3
     v_norm = [t for t in fig.data if t.yaxis == "y2" and t.name == "L2 norm"][0]
     assert list(v_norm.y) == [1e-6, 2e-6]
     assert [a.text for a in fig.layout.annotations][:2] == ["m", "v (log axis)"]
-    assert figures.slot_rows_figure(stats, "other").layout.annotations[0].text == \
+    assert slot_figures.slot_rows_figure(stats, "other").layout.annotations[0].text == \
         figures.EMPTY_TEXT
 
 

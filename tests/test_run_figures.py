@@ -159,6 +159,7 @@ def _assert_escaped(fig, expected: int = 1) -> None:
 
 def test_user_names_are_escaped_in_every_figure():
     from components import figures as fg
+    from components import slot_figures
     from components import hypergrad_figures as hf
 
     labels = rf.run_labels([1, 2], [ADAM, SGD], names=[HOSTILE, "plain"])
@@ -176,9 +177,9 @@ def test_user_names_are_escaped_in_every_figure():
     stats = pd.DataFrame({"step": [1], "variable": [HOSTILE], "slot": [HOSTILE], "norm": [1.0],
                           "mean": [0.0], "std": [1.0]})
     _assert_escaped(rf.overlay_slot_figure({1: stats}, HOSTILE, HOSTILE, labels, "norm"))
-    _assert_escaped(fg.slot_rows_figure(stats, HOSTILE), expected=2)
+    _assert_escaped(slot_figures.slot_rows_figure(stats, HOSTILE), expected=2)
     histograms = pd.DataFrame({"step": [1], "lo": [0.0], "hi": [1.0], "counts": [[1, 2]]})
-    _assert_escaped(fg.distribution_heatmap(histograms, title=f"m of {HOSTILE}"))
+    _assert_escaped(slot_figures.distribution_heatmap(histograms, title=f"m of {HOSTILE}"))
     grads = pd.DataFrame({"step": [1, 2], "name": [HOSTILE] * 2, "exact": [1.0, 2.0],
                           "one_step": [1.0, 1.5], "reverse": [None, 2.0], "val_loss": [1.0, 0.9]})
     _assert_escaped(rf.overlay_hypergradient_figure({1: grads}, labels), expected=2)
