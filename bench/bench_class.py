@@ -77,234 +77,29 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _postgres import missing_reason, postgres_server  # noqa: E402
-from _streamlit_server import free_port, health  # noqa: E402
+from class_server import Samples, sample, serve, stop_all  # noqa: E402
+from class_sessions import TEACHER_SECRET, Student, create_challenge, student, teacher  # noqa: E402
 from runs.store.files import STORE_ENV  # noqa: E402
 from runs.store.run_store import RunStore  # noqa: E402
 from streamlit_ws import BrowserlessSession, parse_forward  # noqa: E402
 
-STATUS = r"Run #(\d+) · status (\w+) · step (\d+)"
-CHANGE_AFTER_S = 5.0  # a session changes its learning rate this long after its run trains
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync"]
-PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-# ----- the server and its processes ---------------------------------------------------------------
-def serve(root: Path, home: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """`streamlit run app.py` of `root` on a free port with `OPTIMIZER_LAB_HOME=home`."""
-    port = free_port()
-    full = dict(os.environ, OPTIMIZER_LAB_HOME=str(home), PYTHONPATH=str(root),
-                TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2", **env)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-         "--server.port", str(port), "--server.address", "127.0.0.1",
-         "--browser.gatherUsageStats", "false"],
-        cwd=root, env=full, stdout=open(home / "streamlit.log", "w"),
-        stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 180
-    while health(port) != "ok":
-        if time.monotonic() > deadline or proc.poll() is not None:
-            raise RuntimeError(f"streamlit did not start: {(home / 'streamlit.log').read_text()}")
-        time.sleep(0.3)
-    return proc, f"http://127.0.0.1:{port}"
-
-
-def home_pids(home: Path) -> list[int]:
-    """Every process whose environment has `OPTIMIZER_LAB_HOME=home`."""
-    needle = f"OPTIMIZER_LAB_HOME={home}\0".encode()
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if needle in Path(f"/proc/{entry}/environ").read_bytes() + b"\0":
-                    out.append(int(entry))
-            except OSError:
-                pass
-    return out
-
-
-def rss_mb(pid: int) -> float:
-    try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE_SIZE / 2**20
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def cpu_s(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICKS
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def stop_all(proc: subprocess.Popen, home: Path) -> None:
-    """Stop the server, then every process of its data directory (runs outlive a server)."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for pid in home_pids(home):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-# ----- sampling the store and the processes ----------------------------------------------------
-@dataclass
-class Samples:
-    """1 s samples: `runs[t] = {run_id: (status, step)}`, server CPU seconds, RSS totals and
-    the probe write latencies (seconds)."""
-
-    runs: list[tuple[float, dict[int, tuple[str, int]]]] = field(default_factory=list)
-    server_cpu: list[tuple[float, float]] = field(default_factory=list)
-    server_rss: list[float] = field(default_factory=list)
-    runs_rss: list[float] = field(default_factory=list)
-    writes: list[float] = field(default_factory=list)
-
-
-def sample(store: RunStore, home: Path, servers: list[int], stop: threading.Event,
-           out: Samples) -> None:
-    """Every second: the runs' status and step and a probe write, through the store's own
-    interface (SQLite or PostgreSQL), and the processes' CPU and memory."""
-    while not stop.wait(1.0):
-        now = time.monotonic()
-        try:
-            rows = store.frame("SELECT id, status, step FROM runs", ())
-            out.runs.append((now, {int(i): (s, int(n or 0)) for i, s, n in
-                                   zip(rows["id"], rows["status"], rows["step"].fillna(0))}))
-            start = time.monotonic()
-            with store.immediate() as con:  # what a record batch waits for: lock + commit
-                con.execute("CREATE TABLE IF NOT EXISTS bench_probe (t REAL)")
-                con.execute("INSERT INTO bench_probe VALUES (?)", (time.time(),))
-            out.writes.append(time.monotonic() - start)
-        except Exception:  # noqa: BLE001 - a busy store skips one sample, the bench goes on
-            pass
-        out.server_cpu.append((now, sum(cpu_s(pid) for pid in servers)))
-        out.server_rss.append(sum(rss_mb(pid) for pid in servers))
-        out.runs_rss.append(sum(rss_mb(p) for p in home_pids(home) if p not in servers))
-
-
-# ----- the challenge ----------------------------------------------------------------------------
-TEACHER_SECRET = "bench-chalk"
-CHALLENGE_SCRIPT = """
-import sys
-from runs.service import challenges
-from runs.store.run_store import RunStore
-from settings.run_config import RunConfig
-base = RunConfig().to_json_dict()
-print(challenges.create_challenge(RunStore(sys.argv[1]), dict(
-    title="bench class", base=base, optimizers=[base["optimizer"]], free=["learning_rate"],
-    goal="val_loss_at_step", goal_step=int(base["steps"]))))
-"""
-
-
-def create_challenge(root: Path, home: Path, location: str) -> int:
-    """Store the bench's challenge in the store at `location` (a SQLite file or PostgreSQL
-    URL) with `root`'s own code (its schema); its id."""
-    done = subprocess.run([sys.executable, "-c", CHALLENGE_SCRIPT, location],
-                          cwd=root, env=dict(os.environ, PYTHONPATH=str(root),
-                                             OPTIMIZER_LAB_HOME=str(home)),
-                          capture_output=True, text=True, timeout=120)
-    if done.returncode:
-        raise RuntimeError(f"the challenge was not stored: {done.stderr[-2000:]}")
-    return int(done.stdout.split()[-1])
-
-
-async def teacher(url: str, until: float) -> BrowserlessSession:
-    """The teacher: opens the board, enters the secret, watches until `until`."""
-    session = BrowserlessSession(url)
-
-    async def actions(s: BrowserlessSession) -> None:
-        await s.loaded(until - time.monotonic())
-        while "teacher secret" not in s.widgets and time.monotonic() < until:
-            await asyncio.sleep(0.2)
-        if "teacher secret" in s.widgets:
-            await s.set_text("teacher secret", TEACHER_SECRET)
-
-    await session.run(until, actions)
-    return session
-
-
-# ----- one session -------------------------------------------------------------------------------
-@dataclass
-class Student:
-    """What one session did and saw (monotonic seconds)."""
-
-    index: int
-    lr: float
-    run_id: int | None = None
-    pressed: float | None = None
-    running: float | None = None
-    changed: float | None = None
-    marker: float | None = None
-    error: str = ""
-
-
-async def student(url: str, me: Student, until: float, challenge: bool = False
-                  ) -> BrowserlessSession:
-    """One student on `url` (a challenge link when `challenge`: it types a nickname)."""
-    session = BrowserlessSession(url)
-    # the change marker's text, `learning_rate → value` (UTF-8 or JSON-escaped), the value
-    # not followed by another digit (0.0011 is not 0.00113)
-    pattern = (rb"learning_rate (?:\xe2\x86\x92|\\u2192) "
-               + re.escape(f"{me.lr:.6g}").encode() + rb"(?![0-9])")
-
-    async def actions(s: BrowserlessSession) -> None:
-        try:
-            await s.loaded(until - time.monotonic())
-            if challenge:  # a challenge link: a nickname first, then Start is enabled
-                while "your nickname" not in s.widgets and time.monotonic() < until:
-                    await asyncio.sleep(0.2)
-                await s.set_text("your nickname", f"student{me.index}")
-                await s.idle(until - time.monotonic())
-            while "Start" not in s.widgets and time.monotonic() < until:
-                await asyncio.sleep(0.2)
-            me.pressed = time.monotonic()
-            await s.press("Start")
-            while time.monotonic() < until:
-                await asyncio.sleep(0.1)
-                found = s.text_matching(STATUS)
-                if found and me.run_id is None:
-                    me.run_id = int(found.group(1))
-                if found and found.group(2) == "running" and int(found.group(3)) >= 1:
-                    me.running = time.monotonic()
-                    break
-            if me.running is None or me.running + CHANGE_AFTER_S > until - 5:
-                return
-            await asyncio.sleep(CHANGE_AFTER_S)
-            s.watch(pattern)
-            me.changed = time.monotonic()
-            await s.set_number("learning_rate", me.lr)
-        except Exception as error:  # noqa: BLE001 - reported in the row, the class goes on
-            me.error = repr(error)
-
-    try:
-        await session.run(until, actions)
-    except Exception as error:  # noqa: BLE001
-        me.error = me.error or repr(error)
-    me.marker = session.watches.get(pattern)
-    return session
 
 
 # ----- the row -----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_class import cpu_s, serve, stop_all  # noqa: E402
+from class_server import cpu_s, serve, stop_all  # noqa: E402
 from streamlit_ws import BrowserlessSession  # noqa: E402
 
 
