@@ -66,6 +66,9 @@ at it (`OPTIMIZER_LAB_STORE`); `--servers K` starts K Streamlit servers over the
 hands the students to them in turn, as a load balancer with sticky sessions would. The store is
 sampled through its own interface (`RunStore.frame`, `RunStore.immediate`), either backend.
 
+The server, its processes and the 1-s samples are `bench/class_server.py`; the students and
+the teacher `bench/class_sessions.py`; this file makes the rows.
+
 Not a test: numbers to compare before/after on the same machine (2 shared cores here; other
 work on the machine shows in every column: the load average is printed with each row).
 """
