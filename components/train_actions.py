@@ -9,7 +9,9 @@ page to show.
 from __future__ import annotations
 
 import json
+import secrets
 import time
+from collections.abc import MutableMapping
 from typing import Any
 
 import pydantic
@@ -28,6 +30,8 @@ from settings.run_config import RunConfig
 # The live run the Setup was last set from (`components.train_setup.follow_live_run`): once
 # per run and session, so a value the user moves afterwards is not put back.
 SETUP_OF_RUN = "_setup_of_run"
+# Session state: the token the Start buttons drawn last carry (their callback's argument).
+START_TOKEN = "_start_token"
 
 
 @st.cache_data(show_spinner=False)
@@ -113,10 +117,30 @@ def setup_config() -> RunConfig:
     return fields.config_from_session(st.session_state)
 
 
-def on_start() -> None:
+def start_token() -> str:
+    """The token to draw the Start buttons with (`on_click=on_start, args=(start_token(),)`)."""
+    return st.session_state.setdefault(START_TOKEN, secrets.token_hex(8))
+
+
+def claim_start(state: MutableMapping[str, Any], token: str) -> bool:
+    """True once per drawn Start button: `token` is the one the page drew last, and a new one
+    replaces it. False for a token already claimed: the same click delivered twice (seen
+    under load: one click, two runs 0.8 s apart in one session) or a second click before
+    the page was drawn again. A real second Start comes from a button drawn after the first,
+    with the new token."""
+    if state.get(START_TOKEN) != token:
+        return False
+    state[START_TOKEN] = secrets.token_hex(8)
+    return True
+
+
+def on_start(token: str) -> None:
+    """Start a run with the Setup (the Start buttons' callback; `token` from `start_token`)."""
     from runs.service import control, pool
 
     state = st.session_state
+    if not claim_start(state, token):
+        return  # this click has started its run already
     state["start_errors"] = []
     try:
         config = setup_config()

@@ -20,7 +20,8 @@ from components.hyper_widgets import (default_index, default_value, hyper_widget
                                       schedule_widgets, slider_bounds)
 from components.train_actions import (FROM_NOW, FROM_ZERO, SCHEDULE_START, SETUP_OF_RUN,
                                       live_config, live_run_followed, on_hyper_change,
-                                      on_schedule_change, on_start, setup_config)
+                                      on_schedule_change, on_start, setup_config,
+                                      start_token)
 from optimizers import registry, slot_memory
 from schedules import preview as schedule_curves
 from schedules import table as schedule_specs
@@ -272,7 +273,7 @@ def sidebar(live_run: dict[str, Any] | None) -> None:
         hypergradient_widgets(optimizer, specs)
         dynamics_panel.setup_widgets()
         st.button("Start", key="start", type="primary", on_click=on_start,
-                  width="stretch", disabled=not setup_ok)
+                  args=(start_token(),), width="stretch", disabled=not setup_ok)
         for message in state["start_errors"]:
             st.error(message)
 
@@ -300,6 +301,7 @@ def start_here() -> None:
         summary = "the Setup has a value that is not allowed: see the sidebar"
     left, right = st.columns([1, 5], vertical_alignment="center")
     left.button("Start training", key="start_main", type="primary", on_click=on_start,
+                args=(start_token(),),
                 width="stretch", disabled=not state.get(SETUP_OK_DRAWN, True))
     right.markdown(f"{summary}  \nChange any of it in the sidebar (**Setup**).")
     for message in state["start_errors"]:

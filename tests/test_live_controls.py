@@ -276,3 +276,34 @@ def test_copy_link_holds_the_setup_and_typed_values_clamp(app):
     app.slider(key="hp_adam_beta_1").set_value(0.8).run()  # the slider moves the box too
     assert app.number_input(key="hp_adam_beta_1__typed").value == pytest.approx(0.8)
     assert not app.exception, app.exception
+
+
+def test_a_start_click_is_taken_once():
+    """`claim_start`: the token of the Start buttons drawn last is taken once and replaced; the
+    same click delivered again (its token already taken) starts nothing."""
+    from components.train_actions import START_TOKEN, claim_start
+
+    state = {START_TOKEN: "drawn"}
+    assert claim_start(state, "drawn")
+    fresh = state[START_TOKEN]
+    assert fresh != "drawn" and len(fresh) == 16
+    assert not claim_start(state, "drawn") and state[START_TOKEN] == fresh
+    assert not claim_start({}, "drawn")  # no button drawn in this session: no Start
+
+
+def test_the_train_page_starts_one_run_per_drawn_button(app, monkeypatch):
+    """A click on a freshly drawn Start starts a run, a second one after the page redrew starts
+    a second; a click whose token was taken meanwhile (a delivery of the first click again)
+    starts nothing."""
+    from components.train_actions import START_TOKEN
+
+    monkeypatch.setattr(pool, "dispatch", lambda *args, **kwargs: None)
+    app.button(key="start").click().run()
+    assert not app.exception, app.exception
+    assert len(RunStore().runs()) == 1
+    app.button(key="start_main").click().run()  # drawn again after the first Start
+    assert len(RunStore().runs()) == 2
+    app.session_state[START_TOKEN] = "taken by an earlier delivery"
+    app.button(key="start").click().run()
+    assert not app.exception, app.exception
+    assert len(RunStore().runs()) == 2
