@@ -127,8 +127,8 @@ def slots_tab(store: RunStore, run: dict[str, Any], live: bool = False) -> None:
                         index=slots.index("update") if "update" in slots else 0)
     hist = store.histograms(rid, variable, slot, max_points=HEATMAP_STEPS)
     chart(slot_figures.distribution_heatmap(hist, f"Distribution of {slot} of {variable}",
-                                       uirevision=f"{rid}-{variable}-{slot}"), f"heat_{rid}",
-          live)
+                                            uirevision=f"{rid}-{variable}-{slot}"),
+          f"heat_{rid}", live)
     st.caption(slot_caption(run["config"]["optimizer"], slots))
     routes = (run.get("optimizer_config") or {}).get(ROUTES_KEY)
     if isinstance(routes, dict) and routes:  # Muon: which step each variable takes

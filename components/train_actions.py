@@ -124,10 +124,9 @@ def start_token() -> str:
 
 def claim_start(state: MutableMapping[str, Any], token: str) -> bool:
     """True once per drawn Start button: `token` is the one the page drew last, and a new one
-    replaces it. False for a token already claimed: the same click delivered twice (seen
-    under load: one click, two runs 0.8 s apart in one session) or a second click before
-    the page was drawn again. A real second Start comes from a button drawn after the first,
-    with the new token."""
+    replaces it. False for a token already claimed: the same click delivered twice (which
+    happens under load) or a second click before the page was drawn again. A real second
+    Start comes from a button drawn after the first, with the new token."""
     if state.get(START_TOKEN) != token:
         return False
     state[START_TOKEN] = secrets.token_hex(8)
