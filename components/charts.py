@@ -23,7 +23,8 @@ def chart(fig: go.Figure | dict[str, Any], key: str, live: bool = False) -> None
 
     Args:
         fig: a plotly Figure, or a figure dict (`{"data": [...], "layout": {...}}`, as the
-            cached live builders return); a dict is drawn only when `live`.
+            `*_spec` builders return: not validated on a live refresh, validated once by
+            `st.plotly_chart` otherwise).
         key: the element's key: the same key on the next refresh updates the same chart.
         live: patch the chart in place (`components.live_chart`); its height is the figure's
             `layout.height` in pixels, or `DEFAULT_HEIGHT`.
@@ -34,8 +35,9 @@ def chart(fig: go.Figure | dict[str, Any], key: str, live: bool = False) -> None
     if live:
         height = fig["layout"].get("height") if isinstance(fig, dict) else fig.layout.height
         live_chart.live_chart(fig, key, height=int(height or DEFAULT_HEIGHT))
-    else:
-        st.plotly_chart(fig, key=key, width="stretch", config={"displaylogo": False})
+    else:  # a dict as a Figure: `st.plotly_chart` refuses a dict without traces
+        figure = go.Figure(fig) if isinstance(fig, dict) else fig
+        st.plotly_chart(figure, key=key, width="stretch", config={"displaylogo": False})
 
 
 __all__ = ["DEFAULT_HEIGHT", "chart"]

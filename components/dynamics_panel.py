@@ -78,8 +78,8 @@ def dynamics_tab(store: RunStore, run: dict[str, Any], live: bool = False) -> No
                                   uirevision=rid), f"sharpness_{rid}", live)
         st.caption(sharpness_caption(diagnostics, config))
     if "update_ratio" in every:
-        ratio = df.update_ratio_spec if live else df.update_ratio_figure
-        chart(ratio(diagnostics, uirevision=rid, marks=learning_rate_marks(store, run)),
+        chart(df.update_ratio_spec(diagnostics, uirevision=rid,
+                                   marks=learning_rate_marks(store, run)),
               f"update_ratio_{rid}", live)
         st.caption("‖Δw‖/‖w‖ per variable: the step the optimizer applied relative to the "
                    "weights. The green band is the usual rule of thumb (about 1e-3); dotted "

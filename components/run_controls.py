@@ -17,7 +17,8 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from components import figures, live_chart, session_runs
+from components import figures, session_runs
+from components.charts import chart
 from components.hyper_widgets import default_value
 from schedules import preview as schedule_curves, table as schedule_specs
 from runs.protocol import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED
@@ -233,11 +234,6 @@ def learning_rate_panel(run: dict[str, Any], scalars: pd.DataFrame, live: bool =
                 f"{f', started at step {started + 1:,}' if started else ''}"
                 f"{f', decay {decay:g}' if decay else ''}; line = the schedule in use now, in "
                 "NumPy; dots = the effective rate `_decayed_lr` returned at each recorded step)")
-    if live:  # a plain figure dict, redrawn twice a second
-        spec = figures.learning_rate_spec(preview, recorded, marks, uirevision=run["id"],
-                                          now_step=int(run["step"]))
-        live_chart.live_chart(spec, f"lr_{run['id']}", height=int(spec["layout"]["height"]))
-    else:
-        fig = figures.learning_rate_figure(preview, recorded, marks, uirevision=run["id"])
-        st.plotly_chart(fig, key=f"lr_{run['id']}", width="stretch",
-                        config={"displaylogo": False})
+    chart(figures.learning_rate_spec(preview, recorded, marks, uirevision=run["id"],
+                                     now_step=int(run["step"]) if live else None),
+          f"lr_{run['id']}", live)

@@ -73,11 +73,9 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
         int(run["total_steps"]))
     left, right = st.columns(2)
     with left:
-        # live: plain figure dicts (twice a second; a graph object validates every value)
-        loss = figures.loss_spec if live else figures.loss_figure
-        chart(loss(scalars, uirevision=rid, log_y=state.get(f"logy_{rid}", False),
-                   changes=changes, smoothing=state.get(f"smooth_{rid}", 0.0),
-                   schedule_marks=marks),
+        chart(figures.loss_spec(scalars, uirevision=rid, log_y=state.get(f"logy_{rid}", False),
+                                changes=changes, smoothing=state.get(f"smooth_{rid}", 0.0),
+                                schedule_marks=marks),
               f"loss_{rid}", live)
         box, slider = st.columns([1, 2])
         box.checkbox("log loss axis", key=f"logy_{rid}")
@@ -87,8 +85,7 @@ def curves_tab(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame,
                            "recording is unchanged. Dotted red lines: your / auto-tune "
                            "hyperparameter changes; dashed grey: recording decimates.")
     with right:
-        accuracy = figures.accuracy_spec if live else figures.accuracy_figure
-        chart(accuracy(scalars, uirevision=rid), f"accuracy_{rid}", live)
+        chart(figures.accuracy_spec(scalars, uirevision=rid), f"accuracy_{rid}", live)
     left, right = st.columns([3, 2])
     with left:
         st.markdown("**Hyperparameter trace** (value in effect at each step; ◆ = change)")
