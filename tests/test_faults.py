@@ -161,6 +161,9 @@ def test_server_sigkill_mid_run_the_run_trains_on_and_finishes(store, tmp_path):
     config = RunConfig(dataset="moons", model="mlp", steps=4_000, eval_every=100)
     with streamlit_server(tmp_path) as url:
         run_id = control.start_run(config, store)
+        # Paced, so that it is still training when the second server is up however slow the
+        # restart: at full speed a busy machine has seen it finish in between.
+        control.set_speed(store, run_id, 40.0)
         assert health(int(url.rsplit(":", 1)[1])) == "ok"
         running = waiting.wait_for_step(store, run_id, 1, timeout_s=120)
         assert running["status"] == "running"
@@ -187,6 +190,7 @@ def test_server_sigkill_mid_run_the_run_trains_on_and_finishes(store, tmp_path):
         again = store.run(run_id)
         assert again["pid"] == running["pid"] and pid_alive(again["pid"])
         assert again["step"] > step_at_kill and again["heartbeat"] > killed_at
+        control.set_speed(store, run_id, None)
 
     done = waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=300)
     assert done["status"] == "finished", done  # never interrupted

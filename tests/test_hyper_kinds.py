@@ -228,7 +228,8 @@ def test_config_tab_section_shows_the_table_or_says_why_not():
     opt = registry.create("sgd")
     hk.walkthrough(opt)
     rows = json.loads(json.dumps(hk.hyper_kinds_table(opt, "float32")))
-    at = AppTest.from_function(_config_panel, kwargs={"run": {"id": 7, "hyper_kinds": rows}})
+    at = AppTest.from_function(_config_panel, kwargs={"run": {"id": 7, "hyper_kinds": rows}},
+                               default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     table = at.table[0].value
@@ -236,7 +237,8 @@ def test_config_tab_section_shows_the_table_or_says_why_not():
     # float32 asked of a float32 variable: `tf.cast` hands back the variable itself
     assert table.loc["momentum", "_get_hyper(name, dtype)"] == "ResourceVariable float32 0.0"
     assert "ONLY_FIRST_REPLICA" in at.caption[0].value
-    old = AppTest.from_function(_config_panel, kwargs={"run": {"id": 8, "optimizer_config": {}}})
+    old = AppTest.from_function(_config_panel, kwargs={"run": {"id": 8, "optimizer_config": {}}},
+                                default_timeout=60)
     old.run()
     assert not old.exception and not old.table
     assert old.caption[0].value == run_panels.NOT_RECORDED
@@ -297,7 +299,8 @@ def test_config_tab_with_a_stored_run(store):
                                "seed": 0, "steps": 10})
     config = {**opt.get_config(), "_hyper_kinds": hk.hyper_kinds_table(opt, "float64")}
     store.update_run(run_id, optimizer_config=hk.jsonable(config))
-    at = AppTest.from_function(_whole_config_tab, kwargs={"run_id": run_id})
+    at = AppTest.from_function(_whole_config_tab, kwargs={"run_id": run_id},
+                               default_timeout=60)
     at.run()
     assert not at.exception, at.exception
     (table,) = at.table

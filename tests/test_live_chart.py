@@ -49,7 +49,7 @@ def live_payload(at: AppTest) -> dict:
 
 
 def test_the_live_chart_keeps_its_element_id_while_plotly_chart_gets_a_new_one():
-    at = AppTest.from_function(two_charts_script).run()
+    at = AppTest.from_function(two_charts_script, default_timeout=60).run()
     assert not at.exception
     first, first_data = element_ids(at), live_payload(at)
     at.run()

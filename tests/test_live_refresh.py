@@ -25,7 +25,7 @@ def visibility_script():
 
 
 def test_the_tab_state_reported_by_the_browser_reaches_the_page():
-    at = AppTest.from_function(visibility_script).run()
+    at = AppTest.from_function(visibility_script, default_timeout=60).run()
     assert not at.exception
     assert [m.value for m in at.markdown] == ["hidden=False"]  # nothing reported: shown
     assert [n.proto.id for n in at.sidebar.get("bidi_component")][0].endswith(KEY)
