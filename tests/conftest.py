@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -73,22 +75,36 @@ def postgres_url():
         yield url
 
 
-@pytest.fixture()
-def postgres_database(postgres_url):
-    """The URL of a fresh, empty database on the session's server (dropped afterwards, with
+@contextlib.contextmanager
+def _fresh_database(server_url: str) -> Iterator[str]:
+    """The URL of a new, empty database on the server at `server_url`, dropped on exit (with
     this process's connection pools to it)."""
     import psycopg
 
     from runs.store.connection import close_pools
 
     name = f"lab_test_{os.getpid()}_{next(_DATABASES)}"
-    url = postgres_url.replace("/postgres?", f"/{name}?")
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
+    url = server_url.replace("/postgres?", f"/{name}?")
+    with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
     yield url
     close_pools(url)
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
+    with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture()
+def postgres_database(postgres_url):
+    """The URL of a fresh, empty database on the session's server (dropped afterwards)."""
+    with _fresh_database(postgres_url) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def module_postgres_database(postgres_url):
+    """As `postgres_database`, one for a whole test module (e.g. its Ray cluster's store)."""
+    with _fresh_database(postgres_url) as url:
+        yield url
 
 
 @pytest.fixture(params=BACKENDS)

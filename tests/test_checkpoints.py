@@ -20,6 +20,8 @@ import pytest
 from engine import recording
 from runs.service import continuing, control, pool
 from runs.store import checkpoint_files as files
+from runs.store import checkpoints
+from runs.store.checkpoint_files import CheckpointError
 from runs.store.run_store import RunStore
 from settings import fields
 from settings.run_config import RunConfig
@@ -83,7 +85,7 @@ def test_a_continued_run_ends_equal_to_the_uninterrupted_run(module_store, varia
     while first.step < STEPS:  # the same run, never interrupted
         first.one_step()
     second = _loop(module_store, config)  # a fresh process's engine
-    meta, arrays = files.read(saver.path)
+    meta, arrays = saver.place.read()
     checkpoint.restore(second, meta, arrays)
     assert second.step == K and second.engine.traces == first.engine.traces
     assert second.engine.optimizer.hyper_values() == first.engine.optimizer.hyper_values()
@@ -124,15 +126,57 @@ def test_checkpoint_cost_and_a_full_disk(module_store, monkeypatch, capsys):
     run.one_step()
     assert not saver.save() and not saver.save()
     assert "not written" in saver.failure and "step 5 is kept" in saver.failure
-    assert files.read_meta(saver.path)["step"] == 5  # the previous checkpoint, whole
-    assert not list(saver.path.parent.glob("*.tmp"))
+    assert saver.place.read_meta()["step"] == 5  # the previous checkpoint, whole
+    assert not list(saver.place.path.parent.glob("*.tmp"))
     events = module_store.events(run.run_id)
     assert list(events["kind"]) == ["checkpoint_failed"]  # twice the same cause: once
     assert capsys.readouterr().err.count("No space left") == 1
     monkeypatch.undo()
     run.one_step()  # the run trains on
-    assert saver.save() and files.read_meta(saver.path)["step"] == 7 and not saver.failure
+    assert saver.save() and saver.place.read_meta()["step"] == 7 and not saver.failure
     run.close()
+
+
+@pytest.mark.parametrize("store_location", ["postgresql"], indirect=True)
+def test_a_postgresql_store_holds_the_checkpoint_and_the_request_in_rows(any_store, tmp_path,
+                                                                         monkeypatch):
+    """Nodes that share no disk with the server reach the store: there the checkpoint is a row,
+    replaced whole; a write the store refuses raises OSError and keeps the previous row."""
+    from runs.store.files import StoreUnavailable
+
+    store = any_store
+    run_id = store.create_run(RunConfig().to_json_dict())
+    place = checkpoints.of_run(store, run_id)
+    assert isinstance(place, checkpoints.StoreCheckpoints)
+    weights = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for step in (3, 4):
+        size = place.write({"w": weights + step}, {"format": files.FORMAT, "step": step})
+    meta, arrays = place.read()
+    assert meta == {"format": files.FORMAT, "step": 4} and arrays["w"].dtype == np.float32
+    np.testing.assert_array_equal(arrays["w"], weights + 4)
+    rows = store.frame("SELECT run_id, step, LENGTH(data) AS size FROM checkpoints", ())
+    assert rows.values.tolist() == [[run_id, 4, size]]
+
+    def unreachable():
+        raise StoreUnavailable("the PostgreSQL server cannot be reached")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(store, "immediate", unreachable)
+        with pytest.raises(OSError, match=rf"the checkpoint of run {run_id} in the store "
+                                          r"\S+ was not written \(the PostgreSQL server"):
+            place.write({"w": weights}, {"format": files.FORMAT, "step": 5})
+    assert place.read_meta()["step"] == 4  # the previous checkpoint, whole
+    assert place.read_request() is None
+    place.write_request({"from_step": 4})
+    assert place.read_request() == {"from_step": 4}
+    place.drop_request()
+    assert place.read_request() is None
+    place.write_request({"from_step": 4})
+    place.discard()
+    assert place.read_request() is None
+    with pytest.raises(CheckpointError, match=rf"no checkpoint of run {run_id} in the store"):
+        place.read_meta()
+    assert not list(tmp_path.rglob("*.npz"))  # never a file
 
 
 _WRITER = """
@@ -165,15 +209,22 @@ def test_a_sigkill_mid_write_leaves_the_last_checkpoint_whole(tmp_path):
 
 
 def _fake_checkpoint(store: RunStore, run_id: int, step: int) -> None:
-    files.write_atomic(files.latest_path(store.path, run_id), {},
-                       {"format": files.FORMAT, "step": step,
-                        "run_created": store.run(run_id)["created"]})
+    checkpoints.of_run(store, run_id).write({}, {"format": files.FORMAT, "step": step,
+                                                  "run_created": store.run(run_id)["created"]})
 
 
 @pytest.fixture()
-def ended_run(store):
+def store_of_each_kind(any_store):
+    """A store on each backend: checkpoints are files beside a SQLite store and rows of a
+    PostgreSQL store (`runs.store.checkpoints`)."""
+    return any_store
+
+
+@pytest.fixture()
+def ended_run(store_of_each_kind):
     """An interrupted run at step 30 (no process) with a checkpoint at step 20, and rows on
     both sides of it."""
+    store = store_of_each_kind
     from engine.record_rows import HyperChangeRow, ScalarRow
 
     run_id = store.create_run(RunConfig(steps=100).to_json_dict())
@@ -187,8 +238,9 @@ def ended_run(store):
     return run_id
 
 
-def test_continue_requeues_drops_later_records_and_says_what_was_lost(store, ended_run,
-                                                                      monkeypatch):
+def test_continue_requeues_drops_later_records_and_says_what_was_lost(store_of_each_kind,
+                                                                      ended_run, monkeypatch):
+    store = store_of_each_kind
     monkeypatch.setattr(pool, "dispatch", lambda store, size=None: [])
     done = continuing.continue_run(store, ended_run)
     note = "continued from step 20; 10 steps since the last checkpoint were lost"
@@ -200,13 +252,14 @@ def test_continue_requeues_drops_later_records_and_says_what_was_lost(store, end
     assert list(store.hyper_changes(ended_run)["source"]) == ["init"]
     assert continuing.notes(store, ended_run) == [done.note]
     assert store.commands(ended_run)["status"].tolist() == ["refused"]
-    assert files.read_marker(store.path, ended_run)["from_step"] == 20
+    assert checkpoints.of_run(store, ended_run).read_request()["from_step"] == 20
     with pytest.raises(ValueError, match=rf"continue of run #{ended_run} refused: the run is "
                                          "queued"):
         continuing.continue_run(store, ended_run)
 
 
-def test_continue_refusals_name_the_run_and_why(store, ended_run):
+def test_continue_refusals_name_the_run_and_why(store_of_each_kind, ended_run):
+    store = store_of_each_kind
     from runs.service.ownership import Caller, NotOwner
 
     store.update_run(ended_run, owner=Caller("alice").owner)
@@ -220,7 +273,7 @@ def test_continue_refusals_name_the_run_and_why(store, ended_run):
     assert "failed (not because of the store)" in continuing.refusal(store, store.run(ended_run))
     store.set_status(ended_run, "failed", "failed after step 30: StoreUnavailable: full disk")
     assert continuing.refusal(store, store.run(ended_run)) == ""
-    files.discard(store.path, ended_run)
+    checkpoints.of_run(store, ended_run).discard()
     assert "it has no checkpoint" in continuing.refusal(store, store.run(ended_run))
     _fake_checkpoint(store, ended_run, 20)
     store.update_run(ended_run, created=1.0)  # a reused id: the checkpoint is another run's
@@ -229,7 +282,8 @@ def test_continue_refusals_name_the_run_and_why(store, ended_run):
     store.set_status(follows, "stopped")
     assert "follows hyper-gradients" in continuing.refusal(store, store.run(follows))
     control.delete(store, ended_run)
-    assert not files.run_dir(store.path, ended_run).exists()
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        checkpoints.of_run(store, ended_run).read_meta()
 
 
 def test_the_cli_refuses_continue_with_config_flags_or_an_unknown_run(store, capsys):
@@ -246,10 +300,12 @@ def test_the_cli_refuses_continue_with_config_flags_or_an_unknown_run(store, cap
 
 @pytest.mark.slow
 def test_a_sigkilled_run_continues_with_the_cli_to_the_uninterrupted_records(
-        store, monkeypatch, capsys):
+        store_of_each_kind, monkeypatch, capsys):
     """A real run process is killed with SIGKILL mid-run (checkpoints every 0.2 s); `train
     --continue ID` requeues it; trained on (in this process) it finishes with the same records
-    as the same run trained without interruption."""
+    as the same run trained without interruption. On each backend: a PostgreSQL store holds
+    the checkpoint itself, no file."""
+    store = store_of_each_kind
     from lab_cli import cli
     from runs.process import worker
 
@@ -258,12 +314,12 @@ def test_a_sigkilled_run_continues_with_the_cli_to_the_uninterrupted_records(
     config = fields.page_defaults().model_copy(update={"steps": 600, "eval_every": 100})
     # a cold process, paced so that it is still training when this test kills it (6 s)
     run_id = control.start_run(config, store, steps_per_second=100)
-    path = files.latest_path(store.path, run_id)
+    place = checkpoints.of_run(store, run_id)
     deadline, seen = time.monotonic() + 240, 0  # a cold start on a loaded machine: up to ~70 s
     while time.monotonic() < deadline and seen < 60:
         try:
-            seen = files.read_meta(path)["step"]
-        except files.CheckpointError:
+            seen = place.read_meta()["step"]
+        except CheckpointError:
             pass  # not written yet
         time.sleep(0.05)
     assert seen >= 60 and store.run(run_id)["status"] == "running", store.run(run_id)
@@ -274,7 +330,7 @@ def test_a_sigkilled_run_continues_with_the_cli_to_the_uninterrupted_records(
     assert cli.main(["train", "--continue", str(run_id), "--store", str(store.path),
                      "--detach"]) == 0
     err = capsys.readouterr().err
-    k = files.read_meta(path)["step"]
+    k = place.read_meta()["step"]
     assert f"run {run_id} continued from step {k:,};" in err
     assert store.run(run_id)["status"] == "queued" and store.run(run_id)["step"] == k
     assert store.claim_queued(2) == [run_id]
@@ -282,15 +338,19 @@ def test_a_sigkilled_run_continues_with_the_cli_to_the_uninterrupted_records(
     assert worker.train(run_id, store) == "finished"
     again = store.create_run(config.to_json_dict(), status="starting")
     assert worker.train(again, store) == "finished"
-    got, want = store.scalars(run_id), store.scalars(again)
+    # in step order; within a step by name (PostgreSQL returns the ties of a step in any order)
+    got, want = (store.scalars(run).sort_values(["step", "name"], kind="stable")
+                 for run in (run_id, again))
     assert not got.duplicated(["name", "step"]).any()
     assert got[["step", "name"]].values.tolist() == want[["step", "name"]].values.tolist()
     np.testing.assert_allclose(got["value"], want["value"], rtol=0, atol=1e-6)
-    assert not files.run_dir(store.path, run_id).exists()  # finished: nothing to continue
+    with pytest.raises(CheckpointError, match="no checkpoint"):  # finished: nothing to continue
+        place.read_meta()
 
 
-def test_the_runs_page_continues_an_interrupted_run_of_its_owner(store, ended_run,
+def test_the_runs_page_continues_an_interrupted_run_of_its_owner(store_of_each_kind, ended_run,
                                                                   monkeypatch):
+    store = store_of_each_kind
     """Continue on the Runs page (AppTest): the owner's button says the checkpoint's step,
     a click requeues the run and the page says how many steps were lost; another session's
     button is disabled with the reason."""

@@ -42,10 +42,11 @@ def _continue(store: RunStore, run_id: int, caller: Caller):
     queued)."""
     from runs.service import continuing
     from runs.store import checkpoint_files as files
+    from runs.store import checkpoints
 
     store.update_run(run_id, status="interrupted", pid=None,
                      config=RunConfig(steps=1000).to_json_dict())
-    files.write_atomic(files.latest_path(store.path, run_id), {}, {
+    checkpoints.of_run(store, run_id).write({}, {
         "format": files.FORMAT, "step": 0, "run_created": store.run(run_id)["created"]})
     return continuing.continue_run(store, run_id, caller=caller, dispatch=False)
 

@@ -32,6 +32,7 @@ from runs.protocol import FINAL_STATUSES
 from runs.service import (continuing, control, executor, host_pool, pool, ray_actor, ray_hosts,
                           ray_table, waiting, warm_pool, worker_table)
 from runs.store import checkpoint_files as files
+from runs.store import checkpoints
 from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
@@ -217,10 +218,12 @@ def test_gpu_runs_go_to_a_gpu_host_and_a_dead_host_interrupts_its_runs(any_store
 
 # ----- on a local Ray cluster -------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, module_postgres_database):
     """A head (no CPU), a node of 3 CPUs declaring one GPU and a node of 2 CPUs (logical
     CPUs: Ray's bookkeeping, the machine has 2 cores), this process connected as
-    the pool's driver; run hosts on, two host actors, checkpoints every 0.5 s."""
+    the pool's driver; run hosts on, two host actors, checkpoints every 0.5 s. The store is
+    PostgreSQL, as for a cluster of several machines: runs, commands, records and checkpoints
+    all go through it."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -239,11 +242,11 @@ def cluster(tmp_path_factory):
     started = time.monotonic()
     executor.connect()
     assert time.monotonic() - started < RAY_START_S
-    store = RunStore(home / "runs.sqlite")
+    store = RunStore(module_postgres_database)
     first = warm_pool.keep_warm(store)
     assert isinstance(first, ray_hosts.RayPool)
     first.wait_ready(2, HOST_READY_S)
-    yield dict(store=store, nodes=nodes, gpu_node=gpu_node, ray=ray, patch=patch)
+    yield dict(store=store, nodes=nodes, gpu_node=gpu_node, ray=ray, patch=patch, home=home)
     warm_pool.shutdown()
     ray.shutdown()
     nodes.shutdown()
@@ -345,6 +348,14 @@ def test_the_cli_trains_a_run_on_ray_with_its_own_host_actor(cluster, tmp_path):
     assert "argument --detach: refused with --executor ray" in detached.stderr
 
 
+def _checkpoint_step(place) -> int:
+    """The step of a run's checkpoint, -1 while it has none."""
+    try:
+        return int(place.read_meta()["step"])
+    except files.CheckpointError:
+        return -1
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_killed_actor_interrupts_its_run_truthfully_and_continue_resumes_it(cluster, kept):
@@ -352,9 +363,11 @@ def test_a_killed_actor_interrupts_its_run_truthfully_and_continue_resumes_it(cl
     run_id = control.start_run(RunConfig(**TINY, steps=300, seed=11), store,
                                steps_per_second=30.0)
     waiting.wait_for_status(store, run_id, ("running",), timeout_s=HOST_READY_S)
-    latest = files.latest_path(store.path, run_id)
-    wait_until(lambda: latest.exists() and files.read_meta(latest)["step"] >= 20, 120,
-               "a checkpoint past step 20")
+    place = checkpoints.of_run(store, run_id)
+    wait_until(lambda: _checkpoint_step(place) >= 20, 120, "a checkpoint past step 20")
+    # a row of the store, which the server and every node reach: no shared disk needed
+    assert isinstance(place, checkpoints.StoreCheckpoints)
+    assert not list(cluster["home"].rglob("*.npz"))
     host = worker_table.host_id_of(store.run(run_id)["worker"])
     actor_id = ray_table.host(store, host)["actor_id"]
     ray.kill(kept.actor(host))

@@ -20,8 +20,9 @@ its checkpoint at step k ends equal to the same run never interrupted
 * the run loop's state: the step, the running mean of train losses since the last recorded
   step (`LossMeter`) and the last recorded learning rate.
 
-The file format, the paths and the atomic write are `runs.store.checkpoint_files` (NumPy
-`.npz`; why not `tf.train.Checkpoint` is said there). `Checkpointer` writes one about every
+The format is `runs.store.checkpoint_files` (NumPy `.npz`; why not `tf.train.Checkpoint` is
+said there); where a checkpoint is kept (files beside a SQLite store, a row of a PostgreSQL
+store) is `runs.store.checkpoints`. `Checkpointer` writes one about every
 `checkpoint_files.every_s()` seconds from the run loop's `after_step` hook, right after a
 drained flush: every record up to the checkpoint's step is in the store when the checkpoint
 exists. A write that fails (full or read-only disk) keeps the previous checkpoint, is logged
@@ -50,6 +51,7 @@ import numpy as np
 from engine.prepared import _state as engine_variables
 from optimizers.base import trace_signature
 from runs.store import checkpoint_files as files
+from runs.store import checkpoints
 from runs.store.checkpoint_files import FAILED_EVENT, CheckpointError
 
 if TYPE_CHECKING:
@@ -77,7 +79,7 @@ def _plain(value: Any) -> Any:
 
 def capture(run: RunLoop, run_created: float) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The checkpoint of `run` now (between two steps): (arrays, meta) for
-    `checkpoint_files.write_atomic`.
+    `checkpoints.of_run(...).write`.
 
     Args:
         run: the run loop; `run.step` steps are done.
@@ -164,7 +166,7 @@ class Checkpointer:
     """Writes `run`'s checkpoint about every `every_s` seconds (see the module docstring).
 
     Args:
-        run: the run loop (its store gives the directory, `checkpoint_files.latest_path`).
+        run: the run loop (its store says where the checkpoint goes, `checkpoints.of_run`).
         every_s: seconds between two checkpoints.
         run_created: the run's `created` time (stored in each checkpoint).
 
@@ -176,7 +178,7 @@ class Checkpointer:
 
     def __init__(self, run: RunLoop, every_s: float, run_created: float):
         self.run, self.every_s, self.run_created = run, every_s, run_created
-        self.path = files.latest_path(run.store.path, run.run_id)
+        self.place = checkpoints.of_run(run.store, run.run_id)
         self.last = time.monotonic()
         self.saved_step: int | None = None
         self.last_cost_s, self.bytes = 0.0, 0
@@ -202,7 +204,7 @@ class Checkpointer:
         started = time.perf_counter()
         arrays, meta = capture(run, self.run_created)
         try:
-            size = files.write_atomic(self.path, arrays, meta)
+            size = self.place.write(arrays, meta)
         except OSError as error:
             self._report(str(error), f"the checkpoint at step {run.step} was not written "
                          f"({error}); " + (f"the checkpoint at step {self.saved_step} is kept"
@@ -250,18 +252,19 @@ def attach(run: RunLoop) -> Checkpointer | None:
     """
     store, run_id = run.store, run.run_id
     created = float(store.run(run_id)["created"])
-    request = files.read_marker(store.path, run_id)
+    place = checkpoints.of_run(store, run_id)
+    request = place.read_request()
     if request is not None:
         if run.hyper is not None:
             raise CheckpointError(f"run {run_id} follows hyper-gradients, whose state is not "
                                   "checkpointed: it cannot be continued")
-        meta, arrays = files.read(files.latest_path(store.path, run_id))
+        meta, arrays = place.read()
         if meta.get("run_created") != created or meta["step"] != request.get("from_step"):
             raise CheckpointError(f"the checkpoint of run {run_id} (step {meta['step']}) is not "
                                   f"the one Continue chose (step {request.get('from_step')})")
         restore(run, meta, arrays)
         run.buffers = {name: [] for name in run.buffers}
-        files.drop_marker(store.path, run_id)
+        place.drop_request()
         _log(f"run {run_id} continues from its checkpoint at step {run.step}")
         if run.after_first_step is not None:  # its first step was long ago
             run.after_first_step()
@@ -286,4 +289,4 @@ def at_end(run: RunLoop, status: str) -> None:
     if status == "stopped" and checkpointer is not None:
         checkpointer.save()
     elif status in ("finished", "diverged"):
-        files.discard(run.store.path, run.run_id)
+        checkpoints.of_run(run.store, run.run_id).discard()

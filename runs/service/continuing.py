@@ -5,7 +5,7 @@ What may be continued: a run that is `interrupted` (its process died: a killed h
 restart), `stopped`, or `failed` because the store could not be written (a full or read-only
 disk, `runs.store.files.StoreUnavailable`), whose process is gone, that does not follow
 hyper-gradients (their tangents are not checkpointed) and that has a checkpoint
-(`runs.store.checkpoint_files`) written for this very run row. Only the run's owner (or a local
+(`runs.store.checkpoints`) written for this very run row. Only the run's owner (or a local
 caller) may continue it (`runs.service.ownership.authorize`, action `continue`). Anything else
 is refused with a `ValueError` (`NotOwner` for ownership) naming the run and why.
 
@@ -27,7 +27,7 @@ Commands still pending (never read by the ended process) are refused, naming the
 The requeued run waits in the queue as a new run does (`pool.dispatch`); its place is by id, so
 a continued run goes before runs queued after it first started. A pace set with `set_speed` is
 queued again so that it trains at the same pace. The process that takes it finds the continue
-request (`checkpoint_files.write_marker`) and restores the checkpoint before its first step
+request (`runs.store.checkpoints`) and restores the checkpoint before its first step
 (`runs.process.checkpoint.attach`).
 """
 
@@ -42,6 +42,7 @@ from runs.protocol import QUEUED
 from runs.service import ownership, pool
 from runs.service.ownership import LOCAL, Caller
 from runs.store import checkpoint_files as files
+from runs.store import checkpoints
 from runs.store.checkpoint_files import FAILED_EVENT, CheckpointError
 from runs.store.processes import same_process_alive
 from runs.store.run_store import RunStore
@@ -78,7 +79,7 @@ def checkpoint_step(store: RunStore, run: dict[str, Any]) -> int | None:
     """The step of the run's checkpoint, or None when it has none that belongs to this run row
     (a checkpoint of a store whose ids were reused does not count)."""
     try:
-        meta = files.read_meta(files.latest_path(store.path, run["id"]))
+        meta = checkpoints.of_run(store, run["id"]).read_meta()
     except CheckpointError:
         return None
     return int(meta["step"]) if meta.get("run_created") == run["created"] else None
@@ -156,7 +157,8 @@ def continue_run(store: RunStore, run_id: int, caller: Caller = LOCAL,
         raise ValueError(why)
     from_step = checkpoint_step(store, run) or 0
     lost = max(0, int(run["step"]) - from_step)
-    files.write_marker(store.path, run_id, {"from_step": from_step, "requested": time.time()})
+    place = checkpoints.of_run(store, run_id)
+    place.write_request({"from_step": from_step, "requested": time.time()})
     try:
         with store.immediate() as con:
             dropped = con.execute(
@@ -181,7 +183,7 @@ def continue_run(store: RunStore, run_id: int, caller: Caller = LOCAL,
                         "AND status = 'pending'",
                         (f"the run ended before it read this command; {text}", run_id))
     except BaseException:
-        files.drop_marker(store.path, run_id)
+        place.drop_request()
         raise
     ownership.record(store, run_id, EVENT, caller, text)
     speed = store.last_payload(run_id, "set_speed")

@@ -32,7 +32,7 @@ from runs.service import executor, ownership, pool
 from runs.service import challenge_guard
 from runs.service.ownership import LOCAL, Caller, NotOwner
 from runs.service.warm_pool import keep_warm
-from runs.store import checkpoint_files
+from runs.store import checkpoints
 from runs.store.admission import MEMORY_BUDGET_ENV, estimate_mb, memory_budget_mb
 from runs.store.processes import same_process_alive
 from runs.store.run_store import RunStore
@@ -437,7 +437,7 @@ def delete(store: RunStore, run_id: int, caller: Caller = LOCAL) -> None:
         raise ValueError(f"delete of run #{run_id} refused: its process {run['pid']} still "
                          "runs (it may still write records); try again in a few seconds")
     store.delete_run(run_id)
-    checkpoint_files.discard(store.path, run_id)  # a deleted run cannot be continued
+    checkpoints.of_run(store, run_id).discard()  # a deleted run cannot be continued
     if ownership.via_teacher(run, caller):
         ownership.record(store, run_id, "teacher_delete", caller,
                          f"{run['name']!r} ({run['status']})")

@@ -24,9 +24,10 @@ Liveness: see `runs.service.ray_table` (Ray for the server that owns the actor, 
 for any other process; no pid of another node is ever checked). A host actor is owned by the
 server process that started it and ends with it (Ray's ownership): its runs are then
 interrupted, as a killed host process's are, and can be continued from their checkpoints.
-Checkpoints and logs are files in the data directory (`runs.store.checkpoint_files`): on a
-cluster of several machines `OPTIMIZER_LAB_HOME` must be the same shared directory (e.g. NFS)
-on every node, so that the server reads the checkpoint a node wrote.
+Checkpoints live with the store (`runs.store.checkpoints`): rows of a PostgreSQL store, which
+every node and every web server reaches, so a run that a lost node was training can be continued
+elsewhere; files beside a SQLite store, which only a cluster on one machine (or one shared
+disk) can use. Host logs are files in the node's data directory.
 
 The actor itself, its options and its runtime environment: `runs.service.ray_actor`.
 """

@@ -1,7 +1,7 @@
-"""Where a run's checkpoints live and how one is written and read: NumPy `.npz`, no TensorFlow.
+"""A run's checkpoint as NumPy `.npz` bytes, and as files beside a SQLite store. No TensorFlow.
 
-A run's checkpoint is ONE file, `<store dir>/checkpoints/run-<id>/latest.npz` (beside the store,
-as the run logs are), holding named arrays (the values of every model and optimizer variable,
+Beside a SQLite store a run's checkpoint is ONE file, `<store dir>/checkpoints/run-<id>/latest.npz`
+(a PostgreSQL store keeps the same bytes in a row: `runs.store.checkpoints` chooses), holding named arrays (the values of every model and optimizer variable,
 the data order's RNG state and pending batch indices) and one JSON document `meta` (the step,
 the hyperparameter values, the schedule, the variables' names/shapes/dtypes, ...; see
 `runs.process.checkpoint`). A continue request is a second small file, `continue.json`, in the
@@ -29,6 +29,7 @@ previous checkpoint stays; the run process reports it and trains on.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -38,7 +39,6 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from runs.store.files import data_dir
 
 EVERY_ENV = "OPTIMIZER_LAB_CHECKPOINT_EVERY_S"
 # Seconds between two checkpoints of a run. 5 s: a server restart or a killed process costs at
@@ -82,11 +82,8 @@ def every_s() -> float | None:
 
 
 def run_dir(store_path: str | os.PathLike, run_id: int) -> Path:
-    """`<directory of the store file>/checkpoints/run-<id>` (not created)."""
-    name = str(store_path)
-    # a file store keeps them beside itself; a PostgreSQL store (a URL) in the data directory
-    base = data_dir() if "://" in name else Path(name).parent
-    return base / "checkpoints" / f"run-{int(run_id)}"
+    """`<directory of the SQLite store file>/checkpoints/run-<id>` (not created)."""
+    return Path(store_path).parent / "checkpoints" / f"run-{int(run_id)}"
 
 
 def latest_path(store_path: str | os.PathLike, run_id: int) -> Path:
@@ -94,8 +91,26 @@ def latest_path(store_path: str | os.PathLike, run_id: int) -> Path:
     return run_dir(store_path, run_id) / LATEST
 
 
+def encode(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> bytes:
+    """One checkpoint as the bytes of an uncompressed `.npz`: `arrays` and the JSON document
+    `meta` (member `META`).
+
+    Raises:
+        ValueError: an array is named `META` (reserved for the document).
+    """
+    if META in arrays:
+        raise ValueError(f"array name {META!r} refused: it is reserved for the JSON document")
+    buffer = io.BytesIO()
+    # uncompressed: the weights of a small model do not compress much and zlib would cost more
+    # time than the write it saves
+    members = {META: np.array(json.dumps(dict(meta))), **arrays}
+    # NumPy's stubs type `**kwds` like its `allow_pickle: bool` keyword
+    np.savez(buffer, **members)  # type: ignore[arg-type]
+    return buffer.getvalue()
+
+
 def write_atomic(path: Path, arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> int:
-    """Write one checkpoint: `arrays` and the JSON document `meta`, replacing `path` atomically.
+    """Write one checkpoint (`encode`), replacing the file `path` atomically.
 
     Args:
         path: the checkpoint file (`latest_path`); its directory is created.
@@ -109,20 +124,14 @@ def write_atomic(path: Path, arrays: Mapping[str, np.ndarray], meta: Mapping[str
         OSError: the directory or the file could not be written (e.g. ENOSPC on a full disk):
             the temporary file is removed and the previous checkpoint at `path` is unchanged.
     """
-    if META in arrays:
-        raise ValueError(f"array name {META!r} refused: it is reserved for the JSON document")
+    data = encode(arrays, meta)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(temporary, "wb") as handle:
-            # uncompressed: the weights of a small model do not compress much and zlib would
-            # cost more time than the disk write it saves
-            members = {META: np.array(json.dumps(dict(meta))), **arrays}
-            # NumPy's stubs type `**kwds` like its `allow_pickle: bool` keyword
-            np.savez(handle, **members)  # type: ignore[arg-type]
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())  # on disk before the rename makes it the latest
-        size = temporary.stat().st_size
         os.replace(temporary, path)
     except BaseException:
         try:
@@ -138,41 +147,51 @@ def write_atomic(path: Path, arrays: Mapping[str, np.ndarray], meta: Mapping[str
             os.close(directory)
     except OSError:
         pass  # a file system without directory fsync: the rename is still atomic
-    return size
+    return len(data)
 
 
-def read_meta(path: Path) -> dict[str, Any]:
-    """The JSON document of the checkpoint at `path` (its arrays are not read).
+def read_meta(source: Path | bytes, where: str = "") -> dict[str, Any]:
+    """The JSON document of a checkpoint (its arrays are not read).
+
+    Args:
+        source: the checkpoint file, or its bytes (`encode`).
+        where: how messages name a checkpoint given as bytes (default: the path).
 
     Raises:
         CheckpointError: no such file, not a checkpoint, or another format version.
     """
+    where = where or str(source)
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with np.load(_readable(source), allow_pickle=False) as data:
             meta = json.loads(str(data[META]))
     except FileNotFoundError:
-        raise CheckpointError(f"no checkpoint at {path}") from None
+        raise CheckpointError(f"no checkpoint at {where}") from None
     except (OSError, ValueError, KeyError) as error:
-        raise CheckpointError(f"the checkpoint {path} cannot be read ({error})") from None
+        raise CheckpointError(f"the checkpoint {where} cannot be read ({error})") from None
     if meta.get("format") != FORMAT:
-        raise CheckpointError(f"the checkpoint {path} has format {meta.get('format')!r}; this "
+        raise CheckpointError(f"the checkpoint {where} has format {meta.get('format')!r}; this "
                               f"version reads format {FORMAT}")
     return meta
 
 
-def read(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """(meta, arrays) of the checkpoint at `path`.
+def read(source: Path | bytes, where: str = "") -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """(meta, arrays) of a checkpoint (a file or its bytes; `where` as for `read_meta`).
 
     Raises:
         CheckpointError: as `read_meta`, or an array cannot be read.
     """
-    meta = read_meta(path)
+    where = where or str(source)
+    meta = read_meta(source, where)
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with np.load(_readable(source), allow_pickle=False) as data:
             arrays = {name: data[name] for name in data.files if name != META}
     except (OSError, ValueError) as error:
-        raise CheckpointError(f"the checkpoint {path} cannot be read ({error})") from None
+        raise CheckpointError(f"the checkpoint {where} cannot be read ({error})") from None
     return meta, arrays
+
+
+def _readable(source: Path | bytes) -> Path | io.BytesIO:
+    return io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source
 
 
 def write_marker(store_path: str | os.PathLike, run_id: int, info: Mapping[str, Any]) -> Path:

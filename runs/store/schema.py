@@ -14,6 +14,7 @@ plugin folder it loaded may be newer than the host).
 import re
 
 from engine.record_rows import ROW_TYPES, STORED_AFTER
+from runs.store.checkpoints import SCHEMA as CHECKPOINT_SCHEMA
 
 # SQL type of a record-row field, from its annotation as written (`engine.record_rows` postpones
 # annotations: NamedTuple keeps them as `ForwardRef`s of the text). A float is nullable: SQLite
@@ -210,7 +211,8 @@ def postgres_ddl(sql: str) -> str:
 
 def schema_sql(dialect: str) -> str:
     """The whole schema (`SCHEMA`) for `dialect` (`sqlite` or `postgresql`): on PostgreSQL the
-    record tables carry an explicit `rowid` and every type is translated (`postgres_ddl`).
+    record tables carry an explicit `rowid`, the checkpoint tables are added
+    (`runs.store.checkpoints`) and every type is translated (`postgres_ddl`).
 
     Raises:
         ValueError: another dialect.
@@ -219,7 +221,7 @@ def schema_sql(dialect: str) -> str:
         return SCHEMA
     if dialect != "postgresql":
         raise ValueError(f"dialect={dialect!r} refused: must be 'sqlite' or 'postgresql'")
-    text = SCHEMA
+    text = SCHEMA + CHECKPOINT_SCHEMA  # checkpoints are files beside a SQLite store
     for table in ROW_TYPES:
         text = text.replace(record_table_sql(table), record_table_sql(table, dialect))
     return postgres_ddl(text)
