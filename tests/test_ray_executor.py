@@ -32,7 +32,7 @@ from runs.protocol import FINAL_STATUSES
 from runs.service import (continuing, control, executor, host_pool, pool, ray_actor, ray_hosts,
                           ray_table, waiting, warm_pool, worker_table)
 from runs.store import checkpoint_files as files
-from runs.store import checkpoints
+from runs.store import admission, checkpoints
 from runs.store.run_store import RunStore
 from settings.run_config import RunConfig
 
@@ -176,9 +176,12 @@ def test_runtime_env_and_actor_options(monkeypatch):
     assert "tensorflow" in names and "tf-keras" in names and "streamlit" in names
     assert not {"pytest", "ray", "mypy", "ruff", "playwright"} & set(names)
     assert any(line.startswith("tensorflow[and-cuda]==") for line in remote["pip"])
-    options = ray_actor.actor_options(chosen, gpu=True, runtime=local)
+    options = ray_actor.actor_options(chosen, gpu=True, runtime=local, memory_mb=2820.0)
     assert (options["num_cpus"], options["num_gpus"], options["max_restarts"]) == (1.0, 1, 0)
-    assert ray_actor.actor_options(chosen, gpu=False, runtime=local)["num_gpus"] == 0
+    assert options["memory"] == 2820 * 2**20  # bytes, as Ray counts them
+    assert ray_actor.actor_options(chosen, False, local, 2820.0)["num_gpus"] == 0
+    monkeypatch.setenv(pool.RUNS_PER_HOST_ENV, "32")  # a full host: TensorFlow + 32 runs
+    assert ray_hosts.RayPool.reservation_mb() == 900 + 32 * 60
 
 
 def test_gpu_runs_go_to_a_gpu_host_and_a_dead_host_interrupts_its_runs(any_store):
@@ -214,6 +217,29 @@ def test_gpu_runs_go_to_a_gpu_host_and_a_dead_host_interrupts_its_runs(any_store
         "kept"))
     assert worker_table.row(store, gpu_host)["state"] == "gone"
     assert store.run(cpu_run)["status"] == "starting"  # another host's run is untouched
+
+
+def test_host_actors_are_bounded_by_the_memory_ray_has_unreserved(store, monkeypatch):
+    """Ray's `memory` resource, not this machine's budget, bounds how many host actors start:
+    each reserves a full host (TensorFlow + `OPTIMIZER_LAB_RUNS_PER_HOST` default runs)."""
+
+    class Cluster:
+        def __init__(self, free_bytes):
+            self.free_bytes = free_bytes
+
+        def available_resources(self):
+            return {} if self.free_bytes is None else {"CPU": 8.0, "memory": self.free_bytes}
+
+    monkeypatch.setenv(pool.HOSTS_ENV, "4")
+    monkeypatch.setenv(pool.RUNS_PER_HOST_ENV, "10")
+    monkeypatch.setenv(admission.MEMORY_BUDGET_ENV, "1")  # 1 MB here: not the hosts' memory
+    kept = ray_hosts.RayPool.__new__(ray_hosts.RayPool)
+    host_pool.WarmPool.__init__(kept, store)
+    one_host = (900 + 10 * 60) * 2**20
+    for free, live, wanted in ((None, 1, 3), (10 * one_host, 1, 3), (2.5 * one_host, 1, 2),
+                               (0.9 * one_host, 0, 0), (10 * one_host, 4, 0)):
+        kept.ray = Cluster(free)
+        assert kept.hosts_wanted(live) == wanted, (free, live)
 
 
 # ----- on a local Ray cluster -------------------------------------------------------------------
@@ -313,10 +339,19 @@ def test_run_control_is_the_same_on_each_executor(cluster, kept, kind, tmp_path,
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+def test_each_host_actor_reserves_a_full_host_on_its_node(cluster, kept):
+    ray = cluster["ray"]
+    reserved = ray.cluster_resources()["memory"] - ray.available_resources()["memory"]
+    assert reserved >= 2 * kept.reservation_mb() * 2**20  # the two ready host actors
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_a_gpu_host_actor_lands_on_the_gpu_node(cluster):
     ray = cluster["ray"]
     chosen = executor.settings()
-    options = ray_actor.actor_options(chosen, True, ray_actor.runtime_env(chosen, True, True))
+    options = ray_actor.actor_options(chosen, True, ray_actor.runtime_env(chosen, True, True),
+                                      ray_hosts.RayPool.reservation_mb())
     actor = ray.remote(ray_actor.HostActor).options(**options).remote()
     try:
         where = ray.get(actor.where.remote(), timeout=RAY_START_S)

@@ -107,13 +107,21 @@ class WarmPool:
             _, _, starting = worker_table.places(self.store, STARTING_PRIORITY_S)
             if starting and live:  # a run builds and compiles its first step: leave it the cores
                 return []
-            with self.store._connect() as con:
-                held = admission.Account(con).held_mb()
-            wanted = admission.hosts_wanted(len(live), host_count(), admission.memory_budget_mb(),
-                                            held)
+            wanted = self.hosts_wanted(len(live))
             if not live:
                 wanted = min(wanted, 1)  # the first host alone: it imports TensorFlow on 2 cores
             return [hid for hid in (self._spawn() for _ in range(wanted)) if hid is not None]
+
+    def hosts_wanted(self, live: int) -> int:
+        """How many hosts to start beside the `live` ones: `admission.hosts_wanted` with this
+        machine's memory budget and what its processes hold.
+
+        Raises:
+            ValueError: an invalid hosts or memory budget setting.
+        """
+        with self.store._connect() as con:
+            held = admission.Account(con).held_mb()
+        return admission.hosts_wanted(live, host_count(), admission.memory_budget_mb(), held)
 
     def _spawn(self) -> int | None:
         """Start one run host (its row first: the host needs its id); None on OSError."""

@@ -212,7 +212,9 @@ def dispatch(store: RunStore, size: int | None = None) -> list[int]:
         places = sum(h["runs"] + (capacity - h["runs"] if h["state"] != "retired" else 0)
                      for h in worker_table.hosts(store))
         size = min(size, places + (0 if on_ray else COLD_PLACES))
-    started = store.claim_queued(size, memory_budget_mb(), capacity)
+    # Ray's scheduler accounts the memory of its nodes (`ray_hosts.RayPool.hosts_wanted`): this
+    # machine's budget is for the processes it runs itself
+    started = store.claim_queued(size, None if on_ray else memory_budget_mb(), capacity)
     for run_id in started:
         if on_ray:  # a Ray host actor, or back to the queue (`runs.service.ray_table`)
             _assign_ray_host(store, run_id, capacity)

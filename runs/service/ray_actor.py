@@ -103,10 +103,14 @@ def runtime_env(chosen: ExecutorSettings, on_this_machine: bool, gpu: bool = Fal
     return {"env_vars": {**TF_ENV, "PYTHONPATH": path}}
 
 
-def actor_options(chosen: ExecutorSettings, gpu: bool, runtime: dict[str, Any]
-                  ) -> dict[str, Any]:
+def actor_options(chosen: ExecutorSettings, gpu: bool, runtime: dict[str, Any],
+                  memory_mb: float) -> dict[str, Any]:
     """The options of a host actor: `num_cpus` (`OPTIMIZER_LAB_RAY_CPUS_PER_HOST`),
-    `num_gpus` 1 for a host that serves GPU runs else 0, no restart (a restarted actor would
-    have lost its runs' state: the server marks them interrupted instead), `runtime_env`."""
-    return {"num_cpus": chosen.cpus_per_host, "num_gpus": 1 if gpu else 0, "max_restarts": 0,
-            "runtime_env": runtime}
+    `num_gpus` 1 for a host that serves GPU runs else 0, `memory` (bytes) the `memory_mb` it
+    holds when full (`admission.host_reservation_mb`: Ray places it only on a node with that
+    much memory not reserved by other actors, so a cluster's memory is accounted by Ray's
+    scheduler, node by node, as this machine's budget is by `runs.store.admission`), no restart
+    (a restarted actor would have lost its runs' state: the server marks them interrupted
+    instead), `runtime_env`."""
+    return {"num_cpus": chosen.cpus_per_host, "num_gpus": 1 if gpu else 0,
+            "memory": int(memory_mb * 2**20), "max_restarts": 0, "runtime_env": runtime}

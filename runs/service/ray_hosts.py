@@ -5,8 +5,9 @@ pool (`RayPool`), which only exists when the Ray executor is chosen.
 A host actor (`runs.service.ray_actor.HostActor`) runs the same host loop as a host process
 (`runs.process.run_host.host_main`: TensorFlow imported once, warm-up, many runs interleaved
 step by step) for a `workers` row the server registered; Ray's scheduler places it on a node
-with `num_cpus` free (`OPTIMIZER_LAB_RAY_CPUS_PER_HOST`, default 1) and, for a host that
-serves runs asking for a GPU, `num_gpus=1` (`ray_actor.actor_options`). Devices a run trains on
+with `num_cpus` free (`OPTIMIZER_LAB_RAY_CPUS_PER_HOST`, default 1), the `memory` a full host
+holds (`RayPool.reservation_mb`) and, for a host that serves runs asking for a GPU,
+`num_gpus=1` (`ray_actor.actor_options`). Devices a run trains on
 are reported with the run as for a local host (`runs.device`, e.g. `/device:GPU:0` on a GPU
 node).
 
@@ -48,6 +49,7 @@ from runs.service.ray_actor import TF_ENV, HostActor, actor_options, runtime_env
 from runs.service.pool import host_log_path
 from runs.service import host_pool
 from runs.service.host_pool import WarmPool
+from runs.store import admission
 from runs.store.run_store import RunStore
 
 # How long a host actor whose connection broke may stay unavailable, alive in Ray's eyes,
@@ -114,12 +116,35 @@ class RayPool(WarmPool):
         self._actors: dict[int, _Host] = {}
         self.cluster_error = ""  # set while the cluster cannot be reached
 
+    @staticmethod
+    def reservation_mb() -> float:
+        """The memory each host actor reserves on its node (MB): a full host
+        (`admission.host_reservation_mb` of `OPTIMIZER_LAB_RUNS_PER_HOST`)."""
+        return admission.host_reservation_mb(pool.runs_per_host())
+
+    def hosts_wanted(self, live: int) -> int:
+        """How many host actors to start beside the `live` ones: up to `OPTIMIZER_LAB_HOSTS`,
+        as many as the cluster's unreserved memory holds (Ray's `memory` resource, summed over
+        the nodes; each actor reserves `reservation_mb`). This machine's memory budget does not
+        apply: the hosts live on Ray's nodes. An actor no single node has room for waits in
+        Ray's queue, as any actor does.
+
+        Raises:
+            ValueError: an invalid hosts or runs-per-host setting.
+        """
+        wanted = pool.host_count() - live
+        free = self.ray.available_resources().get("memory")
+        if free is not None:
+            wanted = min(wanted, int(free // (self.reservation_mb() * 2**20)))
+        return max(0, wanted)
+
     def _spawn(self, gpu: bool = False) -> int | None:
         """Start one host actor (its row first); None when Ray refuses (the reason is kept)."""
         wid = worker_table.register(self.store, os.getpid())
         try:
             options = actor_options(self.settings, gpu,
-                                    runtime_env(self.settings, self.on_this_machine, gpu))
+                                    runtime_env(self.settings, self.on_this_machine, gpu),
+                                    self.reservation_mb())
             actor = self.ray.remote(HostActor).options(**options).remote()
             ray_table.add_host(self.store, wid, actor._actor_id.hex(), 1 if gpu else 0)
             environ = {**worker_table.lab_env(), **TF_ENV}

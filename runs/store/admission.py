@@ -57,6 +57,12 @@ def estimate_mb(config: dict[str, Any]) -> float:
     return PLAIN_RUN_MB + PER_HYPERGRADIENT_MB * len(followed) + PER_REVERSE_STEP_MB * horizon
 
 
+def host_reservation_mb(capacity: int) -> float:
+    """Memory a run host holds when full, in MB: `WARM_HOST_MB` + `capacity` default runs of
+    `IN_HOST_RUN_MB` (what a Ray host actor reserves on its node, `ray_actor.actor_options`)."""
+    return WARM_HOST_MB + IN_HOST_RUN_MB * capacity
+
+
 def estimate_in_host_mb(config: dict[str, Any]) -> float:
     """Estimated memory one more run adds to a run host, in MB (same fields as `estimate_mb`)."""
     return estimate_mb(config) - PLAIN_RUN_MB + IN_HOST_RUN_MB
