@@ -9,8 +9,10 @@ started one after the other (`control.start_run`); the store is polled every 10 
 run's `step` >= 1 (its first batch of records committed). Prints per executor: Start -> first
 step (s) and steps/s (steps after the first batch / seconds to the run's end), median of the
 rounds; the resident size (VmRSS, MB) of the host process or actor and of this process (the
-server's stand-in); for Ray, each process of the local cluster's head (`ray.cluster_utils`
-head of 1 CPU, no dashboard, 100 MB object store) and their total.
+server's stand-in); the marginal memory of one more run in the host: its VmRSS with
+`--together` paced default runs training at once minus with one, divided by `--together` - 1;
+for Ray, each process of the local cluster's head (`ray.cluster_utils` head of 1 CPU, no
+dashboard, 100 MB object store) and their total.
 """
 
 from __future__ import annotations
@@ -57,6 +59,22 @@ def measure(store: RunStore, steps: int) -> tuple[float, float]:
     return first_at - started, (run["step"] - first_step) / (run["updated"] - first_at)
 
 
+def resident_with(store: RunStore, count: int, pid: int) -> float:
+    """VmRSS (MB) of process `pid` while `count` default runs (paced at 5 steps/s) train in
+    it; the runs are stopped afterwards."""
+    config = fields.page_defaults().model_copy(update={"steps": 1_000_000})
+    ids = [control.start_run(config, store, steps_per_second=5.0) for _ in range(count)]
+    for run_id in ids:
+        waiting.wait_for_step(store, run_id, 2, timeout_s=900)
+    time.sleep(2.0)
+    resident = rss_mb(pid) or 0.0
+    for run_id in ids:
+        control.stop(store, run_id)
+    for run_id in ids:
+        waiting.wait_for_status(store, run_id, FINAL_STATUSES, timeout_s=120)
+    return resident
+
+
 def head_rss() -> list[tuple[str, float]]:
     """(name, MB) of the Ray head's own processes on this machine."""
     out = subprocess.run(["ps", "-eo", "rss=,args="], capture_output=True, text=True).stdout
@@ -75,7 +93,7 @@ def head_rss() -> list[tuple[str, float]]:
     return found
 
 
-def bench(kind: str, rounds: int, steps: int) -> None:
+def bench(kind: str, rounds: int, steps: int, together: int) -> None:
     os.environ["OPTIMIZER_LAB_HOME"] = tempfile.mkdtemp(prefix=f"bench-{kind}-")
     os.environ["OPTIMIZER_LAB_HOSTS"] = "1"
     nodes = None
@@ -101,6 +119,10 @@ def bench(kind: str, rounds: int, steps: int) -> None:
         pid = host["pid"] if kind == "local" else ray_table.host(store, host["id"])["node_pid"]
         print(f"{kind}: host RSS {rss_mb(pid) or 0:.0f} MB; this process "
               f"{rss_mb(os.getpid()) or 0:.0f} MB")
+        if together > 1:
+            one, many = resident_with(store, 1, pid), resident_with(store, together, pid)
+            print(f"{kind}: host RSS with 1 run {one:.0f} MB, with {together} runs {many:.0f} MB: "
+                  f"{(many - one) / (together - 1):.1f} MB per more run")
         if kind == "ray":
             head = head_rss()
             print("ray head: " + ", ".join(f"{n} {mb:.0f} MB" for n, mb in head)
@@ -117,10 +139,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--kinds", default="local,ray")
+    parser.add_argument("--together", type=int, default=10,
+                        help="runs at once for the marginal memory (<= 1: not measured)")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     for kind in args.kinds.split(","):
-        bench(kind, args.rounds, args.steps)
+        bench(kind, args.rounds, args.steps, args.together)
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
