@@ -13,7 +13,8 @@ Prints, per measurement, the median of `--repeats` fresh processes (and every sa
 * first paint: seconds from `Popen(streamlit run app.py)` until the Home page's heading
   "Optimizer Lab" is visible in Chromium, and then until the Train page's Start button is
   visible after navigating to /train (Chromium is started before the server, so its own start
-  is not counted). The page is opened once the server answers `/_stcore/health` (polled every
+  is not counted); then a click on Start at once (the default Setup) and the seconds until
+  the run's first step is in the store: the first Start on a fresh server. The page is opened once the server answers `/_stcore/health` (polled every
   20 ms with urllib), as a user opens the address the server prints. `--poll browser` opens
   it the way this bench did until stop 24 instead: `page.goto` retried every 0.1 s until the
   port answers. Each refused attempt makes Chromium draw an error page, ~10 of them on 2 cores
@@ -102,9 +103,31 @@ def wait_healthy(url: str, proc: subprocess.Popen, start: float) -> None:
         time.sleep(0.02)
 
 
-def time_first_paint(browser, home: str, root: Path, poll: str = "health") -> tuple[float, float]:
+def time_first_start(page, home: Path) -> float:
+    """Seconds from a click on the Train page's Start (the default Setup) to the run's first
+    step in the store (`runs.step` >= 1: its first batch of records committed). The run is
+    stopped then: its host would train it on after the server ends, beside the next sample."""
+    from runs.service import control
+    from runs.store.run_store import RunStore
+
+    page.get_by_role("button", name="Start", exact=True).first.click()
+    clicked = time.perf_counter()
+    store = RunStore(home / "runs.sqlite")
+    while time.perf_counter() - clicked < PAINT_TIMEOUT_S:
+        runs = store.runs()
+        if len(runs) and int(runs["step"].max()) >= 1:
+            elapsed = time.perf_counter() - clicked
+            control.stop(store, int(runs["id"].iloc[0]))
+            return elapsed
+        time.sleep(0.02)
+    raise RuntimeError("the first run did not record a step")
+
+
+def time_first_paint(browser, home: str, root: Path, poll: str = "health"
+                     ) -> tuple[float, float, float]:
     """(seconds to the Home heading, seconds to the Train page's Start button) from the
-    server's `Popen`; `poll` says how the page waits for the server (module docstring)."""
+    server's `Popen`, and seconds from the first click on Start to the run's first step;
+    `poll` says how the page waits for the server (module docstring)."""
     port = free_port()
     log = open(Path(home) / "streamlit.log", "w")
     start = time.perf_counter()
@@ -133,8 +156,9 @@ def time_first_paint(browser, home: str, root: Path, poll: str = "health") -> tu
         page.get_by_role("button", name="Start", exact=True).first.wait_for(
             state="visible", timeout=PAINT_TIMEOUT_S * 1000)
         train_s = time.perf_counter() - start
+        first_start_s = time_first_start(page, Path(home))
         page.close()
-        return home_s, train_s
+        return home_s, train_s, first_start_s
     finally:
         proc.terminate()
         try:
@@ -158,8 +182,8 @@ def measure_once(root: Path, browser, poll: str = "health") -> dict[str, float]:
                   "cli_help_s": time_cli(home, root, ["--help"]),
                   "cli_train_help_s": time_cli(home, root, ["train", "--help"])}
         if browser is not None:
-            sample["home_heading_s"], sample["train_start_button_s"] = time_first_paint(
-                browser, home, root, poll)
+            (sample["home_heading_s"], sample["train_start_button_s"],
+             sample["first_start_to_step_s"]) = time_first_paint(browser, home, root, poll)
     return sample
 
 

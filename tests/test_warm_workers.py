@@ -257,6 +257,30 @@ def test_hosts_that_die_warming_up_are_not_respawned_forever(store, monkeypatch)
     kept.shutdown()
 
 
+def test_hosts_import_tensorflow_one_at_a_time_and_wait_for_a_first_step(store, monkeypatch):
+    """On this machine one host warms at a time (a second TensorFlow import beside it delays
+    the host the first Start waits for), and no host starts while a run has no step yet."""
+    monkeypatch.setenv(pool.HOSTS_ENV, "3")
+
+    class Counted(warm_pool.WarmPool):  # hosts as rows only: no process is started
+        def _spawn(self):
+            return worker_table.register(self.store, os.getpid())
+
+    kept = Counted(store)
+    first = kept.refill()
+    assert len(first) == 1 and kept.refill() == []  # the first one is still warming
+    worker_table.set_state(store, first[0], "ready")
+    run_id = store.create_run(RunConfig(steps=10).to_json_dict())
+    store.set_status(run_id, "running")  # taken by the host, building its engine
+    assert kept.refill() == []  # a run waits for its first step: it has the cores
+    store.append(run_id, step=1)
+    second = kept.refill()
+    assert len(second) == 1 and kept.refill() == []
+    worker_table.set_state(store, second[0], "ready")
+    assert len(kept.refill()) == 1  # the third, once the second is ready
+    kept.shutdown()
+
+
 # ----- slow: real run hosts -----------------------------------------------------------------
 @pytest.fixture()
 def warm(store, monkeypatch, request):

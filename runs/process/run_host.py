@@ -56,29 +56,25 @@ EXIT_ORPHANED = 3
 
 
 def warm_up() -> Any:
-    """Import TensorFlow and everything a run imports, configure the devices, and build and
-    evaluate one throwaway engine on a tiny problem (moons, logistic): the first model build and
-    the first trace in a process cost ~2 s more than later ones (measured 3.3 s vs 1.4 s on the
-    loaded 2-core machine). Returns the prepared engine of the Train page's default Setup
-    (`prepare_default`), or None.
+    """Import TensorFlow and everything a run imports, configure the devices, and prepare the
+    engine of the Train page's default Setup (`prepare_default`); returns it, or None.
+
+    Building it is also the process's first model build and first trace, which cost ~2 s more
+    than later ones (3.3 s vs 1.4 s measured on the loaded 2-core machine): a later run with
+    another config builds at the later cost. (A throwaway engine built first for that purpose
+    made the host ready ~0.9 s later, and the first Start of a fresh server waits for it.)
 
     The runs' numbers do not depend on this: `engine.train_step.Engine` seeds everything from
-    the run seed and every initialiser has an explicit seed (`engine.models`),
-    `tf_keras.backend.clear_session()` resets the layer-name counters afterwards (before any
-    run exists: it is never called once the host holds runs), and a prepared engine is
-    restored bit for bit before a run adopts it."""
+    the run seed and every initialiser has an explicit seed (`engine.models`), and a prepared
+    engine is restored bit for bit before a run adopts it."""
     import tensorflow as tf
-    import tf_keras
 
     from engine.devices import configure_gpus
-    from engine.train_step import Engine
+    from engine.train_step import Engine  # noqa: F401  (what every run imports)
     from runs.process import worker  # noqa: F401  (the run loop and the command table)
-    from settings.run_config import RunConfig
 
     configure_gpus()
     tf.constant(1.0).numpy()
-    Engine(RunConfig(dataset="moons", model="logistic", steps=1), "/device:CPU:0").evaluate()
-    tf_keras.backend.clear_session()
     return prepare_default()
 
 

@@ -108,6 +108,9 @@ class RayPool(WarmPool):
         ExecutorRefused: ray cannot be imported, or no Ray cluster answers at the address.
     """
 
+    # Host actors import TensorFlow on Ray's nodes, each on the CPUs it reserved: all at once.
+    max_warming = pool.MAX_HOSTS
+
     def __init__(self, store: RunStore, chosen: ExecutorSettings):
         super().__init__(store)
         self.settings = chosen

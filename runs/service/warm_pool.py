@@ -12,8 +12,9 @@ commands; `runs.process.host_scheduler`).
 `keep_warm(store)` starts (once per process) a refill thread that every `REFILL_EVERY_S`
 seconds, and at once after an assignment: forgets the hosts that exited and starts new ones up
 to `runs.store.admission.hosts_wanted` (`OPTIMIZER_LAB_HOSTS`, within the memory budget). The
-first host starts at once; further ones only while no run is starting (`STARTING_PRIORITY_S`:
-a TensorFlow import beside a run's first step would delay it). `shutdown()` (also at exit)
+first host starts at once; further ones one at a time (`WarmPool.max_warming`: one TensorFlow
+import at a time on this machine) and only while no run is waiting for its first step
+(`STARTING_PRIORITY_S`: a TensorFlow import beside a run's first step would delay it). `shutdown()` (also at exit)
 retires this process's hosts: idle ones are terminated, ones holding runs train them to their
 end and then exit (runs outlive a restart of the server); a host whose parent dies without a
 shutdown exits by itself once idle (see `runs.process.run_host`), so the server never leaves

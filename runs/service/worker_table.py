@@ -237,13 +237,15 @@ def spares(store: RunStore) -> list[dict[str, Any]]:
 
 
 def places(store: RunStore, starting_within_s: float) -> tuple[list[dict[str, Any]], int, int]:
-    """(configs of the active runs as JSON dicts, number of queued runs, number of runs still
-    `starting` that were created less than `starting_within_s` seconds ago): what the pool
-    sizes its spares against (`runs.store.admission.hosts_wanted`)."""
+    """(configs of the active runs as JSON dicts, number of queued runs, number of runs created
+    less than `starting_within_s` seconds ago that have no step in the store yet - `starting`,
+    or `running` in a host that is building its engine and tracing its first step): what the
+    pool sizes its spares against (`runs.store.admission.hosts_wanted`)."""
     with store._connect() as con:
         active = [json.loads(c) for (c,) in con.execute(
             f"SELECT config FROM runs WHERE status IN {ACTIVE_STATUSES}")]
         queued = con.execute("SELECT COUNT(*) FROM runs WHERE status = ?", (QUEUED,)).fetchone()[0]
-        starting = con.execute("SELECT COUNT(*) FROM runs WHERE status = 'starting' AND "
-                               "created > ?", (time.time() - starting_within_s,)).fetchone()[0]
+        starting = con.execute("SELECT COUNT(*) FROM runs WHERE (status = 'starting' OR "
+                               "(status = 'running' AND step = 0)) AND created > ?",
+                               (time.time() - starting_within_s,)).fetchone()[0]
     return active, int(queued), int(starting)
