@@ -36,9 +36,9 @@ class WarmPool:
     """
 
     # Hosts importing TensorFlow at once: one. They share this machine's cores, and the first
-    # Start of a fresh server waits for the first host: with a second host importing beside it
-    # (and the pages' plugin check and device probe), it was ready 31 s after it started
-    # instead of ~8 s, on 2 cores.
+    # Start of a fresh server waits for the first host: on 2 cores, with the first page, its
+    # plugin check and device probe open, the first host was ready 31 s after its start with a
+    # second host importing beside it, 17-20 s alone (~8 s on a quiet machine).
     max_warming = 1
 
     def __init__(self, store: RunStore):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Mapping
 
 import numpy as np
@@ -31,6 +31,9 @@ import numpy as np
 from runs.store import checkpoint_files as files
 from runs.store.checkpoint_files import CheckpointError
 from runs.store.connection import database_errors
+
+if TYPE_CHECKING:  # the store's schema module imports this one
+    from runs.store.run_store import RunStore
 
 # Declared here, created with the rest of a PostgreSQL store's schema (`runs.store.schema`).
 SCHEMA = """
@@ -93,9 +96,9 @@ class FileCheckpoints:
 
 
 class StoreCheckpoints:
-    """The checkpoint of run `run_id` as rows of a PostgreSQL store (`store`: a `RunStore`)."""
+    """The checkpoint of run `run_id` as rows of a PostgreSQL store."""
 
-    def __init__(self, store: Any, run_id: int):
+    def __init__(self, store: RunStore, run_id: int):
         self.store, self.run_id = store, int(run_id)
 
     @property
@@ -178,9 +181,9 @@ class StoreCheckpoints:
             con.execute("DELETE FROM continue_requests WHERE run_id = ?", (self.run_id,))
 
 
-def of_run(store: Any, run_id: int) -> FileCheckpoints | StoreCheckpoints:
-    """Where run `run_id`'s checkpoint is kept for `store` (a `RunStore`; see the module
-    docstring): files beside a SQLite store, rows of a PostgreSQL store."""
+def of_run(store: RunStore, run_id: int) -> FileCheckpoints | StoreCheckpoints:
+    """Where run `run_id`'s checkpoint is kept for `store` (see the module docstring): files
+    beside a SQLite store, rows of a PostgreSQL store."""
     if store.backend.dialect == "postgresql":
         return StoreCheckpoints(store, run_id)
     return FileCheckpoints(store.path, run_id)
