@@ -9,10 +9,11 @@ PostgreSQL store. No TensorFlow (the server reads a checkpoint's step to validat
   mounts), so the server reads what any run host wrote, and a ~1 MB checkpoint every few
   seconds per run stays out of the store's one write lock, which every page and run shares;
 * a PostgreSQL store (a URL): `StoreCheckpoints`, one row per run in the tables `checkpoints`
-  (the same `.npz` bytes) and `continue_requests`. Run hosts on other machines (Ray actors)
-  reach the store but need not share a disk with the server: a checkpoint in the store is
-  readable by every web server and every node that can continue the run. A row is replaced
-  in one transaction, so a process killed mid-write leaves the previous checkpoint whole.
+  (the same `.npz` bytes) and `continue_requests` (`runs.store.schema.CHECKPOINT_SCHEMA`).
+  Run hosts on other machines (Ray actors) reach the store but need not share a disk with the
+  server: a checkpoint in the store is readable by every web server and every node that can
+  continue the run. A row is replaced in one transaction, so a process killed mid-write leaves
+  the previous checkpoint whole.
 
 Both raise the same errors: `OSError` when a checkpoint cannot be written (the previous one
 stays), `CheckpointError` when one is missing or cannot be read.
@@ -34,21 +35,6 @@ from runs.store.connection import database_errors
 
 if TYPE_CHECKING:  # the store's schema module imports this one
     from runs.store.run_store import RunStore
-
-# Declared here, created with the rest of a PostgreSQL store's schema (`runs.store.schema`).
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS checkpoints (
-    run_id INTEGER PRIMARY KEY,
-    written REAL NOT NULL,
-    step INTEGER NOT NULL,
-    data BLOB NOT NULL
-);
-CREATE TABLE IF NOT EXISTS continue_requests (
-    run_id INTEGER PRIMARY KEY,
-    info TEXT NOT NULL
-);
-"""
-
 
 class FileCheckpoints:
     """The checkpoint of run `run_id` as files beside the SQLite store at `store_path`."""

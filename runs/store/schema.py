@@ -14,7 +14,6 @@ plugin folder it loaded may be newer than the host).
 import re
 
 from engine.record_rows import ROW_TYPES, STORED_AFTER
-from runs.store.checkpoints import SCHEMA as CHECKPOINT_SCHEMA
 
 # SQL type of a record-row field, from its annotation as written (`engine.record_rows` postpones
 # annotations: NamedTuple keeps them as `ForwardRef`s of the text). A float is nullable: SQLite
@@ -187,6 +186,23 @@ CREATE TABLE IF NOT EXISTS ray_hosts (
 );
 """
 SCHEMA += RAY_SCHEMA
+
+
+# Checkpoints kept in a PostgreSQL store (`runs.store.checkpoints.StoreCheckpoints`): one row per
+# run, the `.npz` bytes of its latest checkpoint and its continue request. A SQLite store keeps
+# them as files beside itself, so `schema_sql` adds these tables for PostgreSQL only.
+CHECKPOINT_SCHEMA = """
+CREATE TABLE IF NOT EXISTS checkpoints (
+    run_id INTEGER PRIMARY KEY,
+    written REAL NOT NULL,
+    step INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS continue_requests (
+    run_id INTEGER PRIMARY KEY,
+    info TEXT NOT NULL
+);
+"""
 
 
 # SQLite type -> PostgreSQL type, as written in the DDL above (upper case: column names are
