@@ -127,6 +127,9 @@ def status_line(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> 
         parts.append(f"step {run['step']} · **continuous** (trains until Pause/Stop)")
     else:
         parts.append(f"step {run['step']}/{run['total_steps']}")
+    waits = first_step_wait(store, run)
+    if waits:
+        parts.append(waits)
     silent = store.stalled_for(run)
     if silent is not None:
         parts.append(f":warning: **no heartbeat for {silent:.0f} s** (the process lives but "
@@ -137,6 +140,29 @@ def status_line(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> 
     parts.append(f"device `{run['device'] or 'auto'}`")
     parts.append(f"traces {run['traces']} (1 = no retrace)")
     return " · ".join(parts)
+
+
+def first_step_wait(store: RunStore, run: dict[str, Any]) -> str:
+    """What a started run without a step yet waits for ("" once it has one, or when not
+    started): its run host importing TensorFlow (the first Start of a fresh server waits ~10 s
+    for it), its engine being built and its first step traced, or a process of its own."""
+    from runs.service import worker_table
+
+    if run["step"] or run["status"] not in ("starting", "running"):
+        return ""
+    host = worker_table.host_id_of(run.get("worker"))
+    if host is not None:
+        try:
+            warming = worker_table.row(store, host)["state"] == "warming"
+        except KeyError:
+            warming = False
+        if warming:
+            return (f"waiting for run host {host} to import TensorFlow (a new host: ~10 s, "
+                    "longer on a busy machine)")
+        return "building its model and tracing its first step"
+    if run.get("worker") == "cold":
+        return "its own process imports TensorFlow, then builds the model (~10 s)"
+    return "waiting for a process to take it"
 
 
 def controls(store: RunStore, run: dict[str, Any], commands: pd.DataFrame) -> None:

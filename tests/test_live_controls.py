@@ -4,6 +4,7 @@ page switches, and Stop of a stopped run (issue 13, items 4-6)."""
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -307,3 +308,28 @@ def test_the_train_page_starts_one_run_per_drawn_button(app, monkeypatch):
     app.button(key="start").click().run()
     assert not app.exception, app.exception
     assert len(RunStore().runs()) == 2
+
+
+def test_the_status_line_says_what_a_run_without_a_step_waits_for(store):
+    """A fresh server's first Start waits ~10 s for its run host: the status line says so, then
+    that the model is being built, then nothing once the first step is in."""
+    from components.run_controls import first_step_wait, status_line
+    from runs.service import worker_table
+
+    host = worker_table.register(store, os.getpid())  # warming: importing TensorFlow
+    run_id = store.create_run(RunConfig(steps=500).to_json_dict())
+    store.update_run(run_id, worker=worker_table.host_label(host))
+    no_scalars = store.scalars(run_id)
+    assert ("waiting for run host %d to import TensorFlow" % host
+            in status_line(store, store.run(run_id), no_scalars))
+    worker_table.set_state(store, host, "ready")
+    store.set_status(run_id, "running")
+    assert first_step_wait(store, store.run(run_id)) == (
+        "building its model and tracing its first step")
+    store.append(run_id, scalars=[(1, "train_loss", 2.0)], step=1)
+    assert first_step_wait(store, store.run(run_id)) == ""
+    cold = store.create_run(RunConfig(steps=500).to_json_dict())
+    store.update_run(cold, worker="cold")
+    assert "its own process imports TensorFlow" in first_step_wait(store, store.run(cold))
+    store.set_status(cold, "queued")
+    assert first_step_wait(store, store.run(cold)) == ""  # the queue line says why it waits
