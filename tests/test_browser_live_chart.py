@@ -98,16 +98,25 @@ def note_frame(payload, page_runs: list[float],
 
 
 def wait_for_page_run(page, page_runs: list[float], timers: list[tuple[float, float, str]],
-                      after: float, interval: float) -> str:
+                      after: float, interval: float, visibility: str | None = None) -> str:
     """Wait until a page run that began after `after` set the live area's timer to
     `interval` seconds and finished (under load the page run takes seconds; until it ends
-    the previous timers still fire). Returns the live area's fragment id."""
+    the previous timers still fire). Returns the live area's fragment id.
+
+    `visibility` (the state just dispatched) is dispatched again every 20 s while no such page
+    run came: under the full suite's load one `visibilitychange` once reran nothing in 60 s
+    (alone, the rerun comes within a second); this test is about the refresh pace the page
+    sets after the change, not about one event's delivery."""
     deadline = time.monotonic() + 60
+    again = time.monotonic() + 20
     while True:
         set_at = [(t, fragment) for t, every, fragment in timers
                   if t > after and abs(every - interval) < 1e-6]
         if set_at and any(t > set_at[0][0] for t in page_runs):
             break
+        if visibility is not None and time.monotonic() > again:
+            page.evaluate(VISIBILITY_JS, visibility)
+            again = time.monotonic() + 20
         assert time.monotonic() < deadline, (
             f"no page run set the {interval} s timer after the visibility change: timers "
             f"since {[(round(t - after, 1), every) for t, every, _ in timers if t > after]}")
@@ -177,7 +186,7 @@ def test_live_charts_are_patched_in_place_and_a_change_shows_on_the_loss_curve(t
         # (its own fragment, every 10 s) fires either way.
         hidden_at = time.monotonic()
         page.evaluate(VISIBILITY_JS, "hidden")
-        live = wait_for_page_run(page, page_runs, timers, hidden_at, 5.0)
+        live = wait_for_page_run(page, page_runs, timers, hidden_at, 5.0, "hidden")
         hidden = requests_in(page, sent, 10.5, live)
         assert hidden.get("timer", 0) <= 3, hidden  # 2 at 5 s, one more at the window's edge
         # nothing else polls: besides the timer, at most each chart asking once for its whole
@@ -186,7 +195,7 @@ def test_live_charts_are_patched_in_place_and_a_change_shows_on_the_loss_curve(t
         assert hidden.get("fragment", 0) + hidden.get("page", 0) <= charts, (hidden, charts)
         shown_at = time.monotonic()
         page.evaluate(VISIBILITY_JS, "visible")
-        live = wait_for_page_run(page, page_runs, timers, shown_at, 0.5)
+        live = wait_for_page_run(page, page_runs, timers, shown_at, 0.5, "visible")
         deadline = time.monotonic() + 60  # once that page run has set the timer again
         while requests_in(page, sent, 3, live).get("timer", 0) < 5:
             assert time.monotonic() < deadline, "a shown tab did not refresh twice a second"
