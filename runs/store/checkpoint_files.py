@@ -168,6 +168,15 @@ def read_meta(source: Path | bytes, where: str = "") -> dict[str, Any]:
         raise CheckpointError(f"no checkpoint at {where}") from None
     except (OSError, ValueError, KeyError) as error:
         raise CheckpointError(f"the checkpoint {where} cannot be read ({error})") from None
+    return checked_meta(meta, where)
+
+
+def checked_meta(meta: dict[str, Any], where: str) -> dict[str, Any]:
+    """`meta` when its format is the one this version reads.
+
+    Raises:
+        CheckpointError: another format version (names `where`).
+    """
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"the checkpoint {where} has format {meta.get('format')!r}; this "
                               f"version reads format {FORMAT}")

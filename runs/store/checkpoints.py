@@ -102,32 +102,43 @@ class StoreCheckpoints:
         try:
             with self.store.immediate() as con:
                 con.execute(
-                    "INSERT INTO checkpoints (run_id, written, step, data) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (run_id) DO UPDATE SET written = excluded.written, "
-                    "step = excluded.step, data = excluded.data",
-                    (self.run_id, time.time(), int(meta.get("step", 0)), data))
+                    "INSERT INTO checkpoints (run_id, written, step, meta, data) "
+                    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET "
+                    "written = excluded.written, step = excluded.step, meta = excluded.meta, "
+                    "data = excluded.data",
+                    (self.run_id, time.time(), int(meta.get("step", 0)), json.dumps(dict(meta)),
+                     data))
         except database_errors() as error:
             raise OSError(f"the checkpoint {self.where} was not written ({error})") from error
         return len(data)
 
-    def _data(self) -> bytes:
+    def _column(self, column: str) -> Any:
         try:
-            rows = self.store.frame("SELECT data FROM checkpoints WHERE run_id = ?",
+            rows = self.store.frame(f"SELECT {column} FROM checkpoints WHERE run_id = ?",
                                     (self.run_id,))
         except database_errors() as error:
             raise CheckpointError(f"the checkpoint {self.where} cannot be read "
                                   f"({error})") from None
         if rows.empty:
             raise CheckpointError(f"no checkpoint {self.where}")
-        return bytes(rows["data"].iloc[0])
+        return rows[column].iloc[0]
 
     def read_meta(self) -> dict[str, Any]:
-        """The checkpoint's JSON document. Raises `CheckpointError` (none, unreadable)."""
-        return files.read_meta(self._data(), self.where)
+        """The checkpoint's JSON document, without its arrays (the `meta` column).
+
+        Raises:
+            CheckpointError: none, unreadable, or another format version.
+        """
+        try:
+            meta = json.loads(self._column("meta"))
+        except ValueError as error:
+            raise CheckpointError(f"the checkpoint {self.where} cannot be read "
+                                  f"({error})") from None
+        return files.checked_meta(meta, self.where)
 
     def read(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """(meta, arrays). Raises `CheckpointError` (none, unreadable)."""
-        return files.read(self._data(), self.where)
+        return files.read(bytes(self._column("data")), self.where)
 
     def write_request(self, info: Mapping[str, Any]) -> None:
         """Leave a continue request (JSON `info`).
