@@ -27,15 +27,16 @@ def lamb_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[
     Returns:
         dict with `learning_rate`, `beta_1`, `beta_2`, `epsilon`, `one_minus_beta_1`,
         `one_minus_beta_2`, the bias corrections `correction_1 = 1 - beta_1**t` and
-        `correction_2 = 1 - beta_2**t`, and `decay = learning_rate * weight_decay`; scalars of
-        the hyperparameters' dtype.
+        `correction_2 = 1 - beta_2**t`, `decay = learning_rate * weight_decay` and
+        `retain = 1 - decay`; scalars of the hyperparameters' dtype.
     """
     beta_1, beta_2 = hypers["beta_1"], hypers["beta_2"]
     return {"learning_rate": hypers["learning_rate"], "beta_1": beta_1, "beta_2": beta_2,
             "epsilon": hypers["epsilon"], "one_minus_beta_1": 1 - beta_1,
             "one_minus_beta_2": 1 - beta_2, "correction_1": 1 - beta_1**step,
             "correction_2": 1 - beta_2**step,
-            "decay": hypers["learning_rate"] * hypers["weight_decay"]}
+            "decay": hypers["learning_rate"] * hypers["weight_decay"],
+            "retain": 1 - hypers["learning_rate"] * hypers["weight_decay"]}
 
 
 def trust_ratio(var: tf.Tensor, update: tf.Tensor) -> tf.Tensor:
@@ -76,7 +77,7 @@ def lamb_update(
     m, v = adam_moments(grad, slots["m"], slots["v"], coeffs)
     update = (m / coeffs["correction_1"]) / (
         safe_sqrt(v / coeffs["correction_2"]) + coeffs["epsilon"])
-    decayed = var - coeffs["decay"] * var
+    decayed = var * coeffs["retain"]  # one product per element (see adamw_update)
     step = coeffs["learning_rate"] * trust_ratio(decayed, update)
     return decayed - step * update, {"m": m, "v": v}
 

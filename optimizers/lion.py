@@ -20,7 +20,7 @@ class LionSlots(NamedTuple):
 
 def lion_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[str, tf.Tensor]:
     """Lion's scalars: `learning_rate`, `beta_1`, `beta_2`, `1 - beta_1`, `1 - beta_2` and
-    `decay = learning_rate * weight_decay` (scalars of the hyperparameters' dtype).
+    `decay = learning_rate * weight_decay`, `retain = 1 - decay` (scalars of the hyperparameters' dtype).
 
     Lion has no bias correction, so `step` (the 1-based step t) is not used.
     """
@@ -28,7 +28,8 @@ def lion_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor) -> dict[
     beta_1, beta_2 = hypers["beta_1"], hypers["beta_2"]
     return {"learning_rate": hypers["learning_rate"], "beta_1": beta_1, "beta_2": beta_2,
             "one_minus_beta_1": 1 - beta_1, "one_minus_beta_2": 1 - beta_2,
-            "decay": hypers["learning_rate"] * hypers["weight_decay"]}
+            "decay": hypers["learning_rate"] * hypers["weight_decay"],
+            "retain": 1 - hypers["learning_rate"] * hypers["weight_decay"]}
 
 
 def lion_update(
@@ -53,7 +54,7 @@ def lion_update(
     """
     m = slots["m"]
     direction = tf.sign(coeffs["beta_1"] * m + coeffs["one_minus_beta_1"] * grad)
-    decayed = var - coeffs["decay"] * var
+    decayed = var * coeffs["retain"]  # one product per element (see adamw_update)
     new_m = coeffs["beta_2"] * m + coeffs["one_minus_beta_2"] * grad
     return decayed - coeffs["learning_rate"] * direction, {"m": new_m}
 

@@ -51,8 +51,8 @@ def schedule_free_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor,
         warmup_steps = 0); `gamma` = lr * sqrt(1 - beta_2**t) (the paper's gamma_t, Algorithm
         1 line 8); `correction_2` = 1 - beta_2**t (Keras 3 divides v by it); `weight` = 1 / t
         (Keras 3's averaging weight); `decay_paper` = gamma * weight_decay (of y, into z);
-        `learning_rate` and `weight_decay` (Keras decays y by both, before the step). Scalars of the
-        hyperparameters' dtype.
+        `learning_rate` and `weight_decay`, and `retain` = 1 - weight_decay * learning_rate
+        (Keras 3 decays y by that factor before the step). Scalars of the hyperparameters' dtype.
     """
     lr = hypers["learning_rate"]
     warmed = lr
@@ -66,7 +66,8 @@ def schedule_free_coefficients(hypers: Mapping[str, tf.Tensor], step: tf.Tensor,
             "one_minus_beta_2": 1 - beta_2, "epsilon": hypers["epsilon"], "lr": warmed,
             "gamma": gamma, "correction_2": correction_2, "weight": 1 / step,
             "decay_paper": gamma * hypers["weight_decay"],
-            "learning_rate": lr, "weight_decay": hypers["weight_decay"]}
+            "learning_rate": lr, "weight_decay": hypers["weight_decay"],
+            "retain": 1 - hypers["weight_decay"] * lr}
 
 
 def eval_point(y: tf.Tensor, z: tf.Tensor, beta_1: tf.Tensor) -> tf.Tensor:
@@ -119,7 +120,7 @@ def schedule_free_update(
     z, v = slots["z"], slots["v"]
     beta_1, one_minus_beta_1 = coeffs["beta_1"], coeffs["one_minus_beta_1"]
     if keras3_tf_compat:
-        y = var - var * coeffs["weight_decay"] * coeffs["learning_rate"]  # Keras's order
+        y = var * coeffs["retain"]  # one product per element (see adamw_update)
         v = v + (tf.square(grad) - v) * coeffs["one_minus_beta_2"]
         denom = safe_sqrt(v / coeffs["correction_2"]) + coeffs["epsilon"]
         z = z - coeffs["lr"] * grad / denom
