@@ -26,6 +26,7 @@ from runs.store.processes import process_start
 from runs.protocol import FINAL_STATUSES
 from runs.store.processes import pid_alive
 from runs.store.run_store import RunStore
+from settings import fields
 from settings.run_config import RunConfig
 
 pytestmark = pytest.mark.warm  # warm workers on (tests/conftest.py turns them off elsewhere)
@@ -320,6 +321,23 @@ def test_two_runs_share_one_host_and_match_cold_runs(store, warm, monkeypatch):
         assert final_loss(store, cold) == final_loss(store, hosted)
         assert store.scalars(cold, ["train_loss"])["value"].tolist() == \
             store.scalars(hosted, ["train_loss"])["value"].tolist()
+
+
+@pytest.mark.slow
+def test_a_run_of_the_default_setup_trains_its_first_step_before_the_host_prepares_again(
+        store, warm):
+    """The default Setup adopts the host's prepared engine; the host prepares the next one (a
+    pause of every run it holds, ~1 s here) only once that run has trained its first step."""
+    warm.wait_ready(1, timeout_s=240)
+    run_id = control.start_run(fields.page_defaults().model_copy(update={"steps": 300}), store)
+    assert waiting.wait_for_status(store, run_id, FINAL_STATUSES,
+                                   timeout_s=240)["status"] == "finished"
+    host, = worker_table.hosts(store)
+    log = pool.host_log_path(store, host["id"])
+    preparing = wait_until(lambda: [line for line in log.read_text().splitlines()
+                                    if line.startswith("preparing the default Setup's engine")],
+                           120, "the host prepares the default Setup's engine again")
+    assert not any(f"run {run_id} at step 0" in line for line in preparing), preparing
 
 
 @pytest.mark.slow
