@@ -22,9 +22,10 @@ traced step (Keras 2's plain float) instead of a `_set_hyper` variable: its rati
 namesakes; Lion, Lamb, Adafactor, Muon and ScheduleFreeAdamW ("k3") against the Keras 3
 `keras.optimizers` built-ins (no fused kernel exists for them: fused = pure); in these rows
 all three contestants train a Keras 3 MLP of the same shape and start, the lab's optimizers
-updating the `tf.Variable`s behind its variables, so only the optimizers differ. Each mode starts with a control row, "keras x3": the legacy Keras
-Adam in all three places, whose ratios show the bench's own noise floor on this machine
-(measured here: 0.97-1.04 graph, 0.99-1.01 XLA).
+updating the `tf.Variable`s behind its variables, so only the optimizers differ. Each mode
+starts with a control row, "keras x3": the legacy Keras Adam in all three places, whose ratios
+show the bench's own noise floor on this machine (measured here: 0.97-1.04 graph, 0.99-1.01
+XLA).
 
     PYTHONPATH=. python bench/bench_optimizers.py [--quick] [--only adam,sgd] [--modes graph,xla]
 """
