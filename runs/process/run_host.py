@@ -3,8 +3,8 @@
 One process, TensorFlow imported once, that trains MANY runs. Started by the warm pool
 (`runs.service.warm_pool`) before any run needs it, it pays the slow part up front - importing
 TensorFlow, tf_keras and the engine (4-5 s, ~750 MB on the 2-core machine), configuring the
-devices, one throwaway model and trace, and the prepared engine of the Train page's default
-Setup (`engine.prepared`) - then marks its row `ready`.
+devices and preparing the engine of the Train page's default Setup (`engine.prepared`) - then
+marks its row `ready`.
 
 Runs are given to it by the dispatcher (`runs.service.worker_table.assign`: `runs.worker =
 'host <id>'`, one transaction) while it holds fewer than its capacity
