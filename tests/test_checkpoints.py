@@ -179,6 +179,26 @@ def test_a_postgresql_store_holds_the_checkpoint_and_the_request_in_rows(any_sto
     assert not list(tmp_path.rglob("*.npz"))  # never a file
 
 
+@pytest.mark.parametrize("store_location", ["postgresql"], indirect=True)
+def test_a_checkpoint_table_from_before_its_meta_column_is_upgraded_and_read(any_store):
+    """A PostgreSQL store whose `checkpoints` table predates the `meta` column: opening the
+    store adds the column, the old row's document is read from its arrays, and a new
+    checkpoint is written whole."""
+    store = any_store
+    run_id = store.create_run(RunConfig().to_json_dict())
+    old = files.encode({"w": np.ones(3, np.float32)}, {"format": files.FORMAT, "step": 7})
+    with store.immediate() as con:
+        con.execute("ALTER TABLE checkpoints DROP COLUMN meta")
+        con.execute("INSERT INTO checkpoints (run_id, written, step, data) VALUES (?, ?, ?, ?)",
+                    (run_id, time.time(), 7, old))
+    reopened = RunStore(store.path)
+    place = checkpoints.of_run(reopened, run_id)
+    assert place.read_meta() == {"format": files.FORMAT, "step": 7}
+    place.write({"w": np.zeros(3, np.float32)}, {"format": files.FORMAT, "step": 8})
+    assert place.read_meta() == {"format": files.FORMAT, "step": 8}
+    np.testing.assert_array_equal(place.read()[1]["w"], np.zeros(3, np.float32))
+
+
 _WRITER = """
 import sys, numpy as np
 from pathlib import Path

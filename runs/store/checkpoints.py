@@ -129,8 +129,11 @@ class StoreCheckpoints:
         Raises:
             CheckpointError: none, unreadable, or another format version.
         """
+        raw = self._column("meta")
+        if not isinstance(raw, str):  # a row written before the `meta` column
+            return files.read_meta(bytes(self._column("data")), self.where)
         try:
-            meta = json.loads(self._column("meta"))
+            meta = json.loads(raw)
         except ValueError as error:
             raise CheckpointError(f"the checkpoint {self.where} cannot be read "
                                   f"({error})") from None

@@ -56,7 +56,7 @@ from runs.store.files import _unavailable, data_dir, default_store, take_last_wo
 from runs.store.processes import pid_alive, same_process_alive
 from runs.store.records import Records
 from runs.store.schema import (
-    ADDED_RUN_COLUMNS,
+    added_columns,
     JSON_RUN_COLUMNS,
     add_column_sql,
     schema_sql,
@@ -112,11 +112,13 @@ class RunStore:
         with self._connect() as con:
             self.backend.before_schema(con)
             con.executescript(schema_sql(self.backend.dialect))
-            present = column_names(con, "runs")
-            for column, sql_type in ADDED_RUN_COLUMNS:
-                if column not in present:
+            present: dict[str, set[str]] = {}
+            for table, column, sql_type in added_columns(self.backend.dialect):
+                if table not in present:
+                    present[table] = column_names(con, table)
+                if column not in present[table]:
                     try:
-                        con.execute(add_column_sql("runs", column, sql_type,
+                        con.execute(add_column_sql(table, column, sql_type,
                                                    self.backend.dialect))
                     except sqlite3.OperationalError as error:  # added meanwhile elsewhere
                         if "duplicate column" not in str(error):

@@ -190,8 +190,8 @@ SCHEMA += RAY_SCHEMA
 
 # Checkpoints kept in a PostgreSQL store (`runs.store.checkpoints.StoreCheckpoints`): one row per
 # run, the `.npz` bytes of its latest checkpoint (its JSON document also in `meta`: the Runs
-# page reads a checkpoint's step without fetching ~1 MB) and its continue request. A SQLite store keeps
-# them as files beside itself, so `schema_sql` adds these tables for PostgreSQL only.
+# page reads a checkpoint's step without fetching ~1 MB) and its continue request. A SQLite
+# store keeps them as files beside itself, so `schema_sql` adds these tables for PostgreSQL only.
 CHECKPOINT_SCHEMA = """
 CREATE TABLE IF NOT EXISTS checkpoints (
     run_id INTEGER PRIMARY KEY,
@@ -243,6 +243,21 @@ def schema_sql(dialect: str) -> str:
     for table in ROW_TYPES:
         text = text.replace(record_table_sql(table), record_table_sql(table, dialect))
     return postgres_ddl(text)
+
+
+# Columns added to `checkpoints` after its first release (PostgreSQL stores only). A row
+# written before `meta` existed has NULL there and its document is read from `data`.
+ADDED_CHECKPOINT_COLUMNS = (("meta", "TEXT"),)
+
+
+def added_columns(dialect: str) -> tuple[tuple[str, str, str], ...]:
+    """(table, column, SQL type) of every column added since a table's first release, for a
+    store of `dialect`: `ADDED_RUN_COLUMNS`, and `ADDED_CHECKPOINT_COLUMNS` on PostgreSQL."""
+    found = tuple(("runs", column, sql_type) for column, sql_type in ADDED_RUN_COLUMNS)
+    if dialect == "postgresql":
+        found += tuple(("checkpoints", column, sql_type)
+                       for column, sql_type in ADDED_CHECKPOINT_COLUMNS)
+    return found
 
 
 def add_column_sql(table: str, column: str, sql_type: str, dialect: str) -> str:
