@@ -99,7 +99,7 @@ def recorded_loop(config: RunConfig, steps: int, store: RunStore, decimated: boo
                   handlers=HANDLERS)
     run.one_step()  # trace + step-1 bookkeeping outside the timing
     for statistics_level in (True, False):  # each recording level's first call (trace,
-        engine.step(record=statistics_level)  # graph optimisation: ~0.4-0.7 s once per run)
+        engine.step(record=statistics_level)  # graph optimisation: ~0.15-0.3 s once per run)
     run.step += offset  # the loop goes on at step 1,001: the stride-10 range
     engine.evaluate()  # trace the eval function outside the timing too
     start = time.perf_counter()

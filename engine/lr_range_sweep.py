@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import tensorflow as tf
 
+from engine.compiled import compiled
 from engine import lr_range
 from engine.data import load_dataset
 from engine.models import build_model
@@ -120,14 +121,14 @@ def state_functions(state: SweepState) -> tuple[Callable[[], float], Callable[[]
         return cross_entropy(y, state.model(x, training=True))
 
     with tf.device(state.device):
-        compiled = tf.function(body, input_signature=[indices])
-        evaluate = tf.function(loss_of, input_signature=[indices])
+        step_function = compiled(body, input_signature=[indices])
+        evaluate = compiled(loss_of, input_signature=[indices])
     peeked: list[np.ndarray] = []
 
     def train_step() -> float:
         batch = peeked.pop() if peeked else state.order.next()
         with tf.device(state.device):
-            return float(compiled(tf.constant(batch)))
+            return float(step_function(tf.constant(batch)))
 
     def next_loss() -> float:
         if not peeked:

@@ -49,6 +49,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from engine.compiled import compiled
 from engine.models import build_model
 from engine.record_rows import LandscapeRow
 from engine.train_step import cross_entropy
@@ -155,7 +156,7 @@ class PathLandscape:
                     offset += size
                 return cross_entropy(y, self.probe(x, training=False))
 
-            self._loss = tf.function(loss_at, input_signature=[
+            self._loss = compiled(loss_at, input_signature=[
                 tf.TensorSpec([self.theta0.size], tf.as_dtype(dtype))])
         self.points = GRID_POINTS
         # grid cells (i, j) not computed yet, row by row (j = the y index)

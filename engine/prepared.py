@@ -2,9 +2,9 @@
 
 A run host (`runs.process.run_host`) has TensorFlow imported before any run needs it; what a run
 still pays after Start is building its `Engine` (data on the device, model, optimizer slots,
-tracing the train and eval steps: ~0.5 s here) and the first call of each traced function
-(graph optimisation: ~0.3 s; in graph mode each recording level is its own function, traced on
-first use: another 0.4-0.7 s at steps 2 and 1,001). `prepare(config, device)` pays all of them
+tracing the train and eval steps, without AutoGraph (`engine.compiled`): ~0.5 s here) and the
+first call of each traced function (graph optimisation: ~0.2 s; in graph mode each recording
+level is its own function, traced on first use: another 0.15-0.3 s at steps 2 and 1,001). `prepare(config, device)` pays all of them
 ahead for the configuration a run is most likely to ask for (the Train page's default Setup):
 it builds the engine, runs one evaluation and one train step at every recording level, then
 restores every model variable, every optimizer variable (slots, wrappers' inner slots,

@@ -13,7 +13,7 @@ on its first use: a `tf.cond` on a level tensor would keep the untaken branches 
 and the executor still passes a dead tensor through each of their nodes on every step (digits
 MLP: 215 ops at level 0, 453 at 1, 801 at 2; the step that records nothing cost 1.11-1.16x the
 same step without the conds, measured side by side). A level's first use pays its trace and
-graph optimisation once, 0.4-0.7 s here: at a run's step 2 (statistics) and step 1,001
+graph optimisation once, 0.15-0.3 s here: at a run's step 2 (statistics) and step 1,001
 (nothing, `recording.stride`); a warm worker's prepared engine pays them ahead
 (`engine.prepared`). Under XLA one function takes the level as an int32 tensor behind
 `tf.cond`s, which XLA compiles as conditionals: three programs would triple its 2.4-8 s
@@ -40,6 +40,7 @@ from optimizers import registry
 from optimizers.base import shortest_float
 from optimizers.hyperparams import check_decay
 from schedules.live import LiveSchedule
+from engine.compiled import compiled
 from engine import recording
 from settings.run_config import RunConfig
 from engine.data import load_dataset
@@ -142,7 +143,7 @@ class Engine:
         self._steps: dict[int, Callable[[tf.Tensor], Any]] = {}
         self._last_level = HISTOGRAMS  # a retrace traces the level last used right away
         self._compile_train(HISTOGRAMS)  # a run's step 1 records histograms
-        self._eval = tf.function(self._eval_step).get_concrete_function()
+        self._eval = compiled(self._eval_step).get_concrete_function()
         # an optimizer with its own evaluation point (schedule-free: the average x) is also
         # evaluated where its gradients are taken (y, what the variables hold), traced lazily
         self._eval_at_variables: Callable[[], Any] | None = None
@@ -169,15 +170,15 @@ class Engine:
             # here), for about the same steps/s on these models, so a run starts in graph mode
             # by default. One program serves every level (see the module docstring).
             if not functions:
-                functions[HISTOGRAMS] = tf.function(
+                functions[HISTOGRAMS] = compiled(
                     self._train_step, jit_compile=True,
                     input_signature=[indices, tf.TensorSpec([], tf.int32)])
             concrete = functions[HISTOGRAMS].get_concrete_function()
             level_tensor = _LEVEL_TENSORS[level]
             step = lambda batch: concrete(batch, level_tensor)  # noqa: E731
         else:
-            functions[level] = tf.function(lambda batch: self._train_step(batch, level),
-                                           input_signature=[indices])
+            functions[level] = compiled(lambda batch: self._train_step(batch, level),
+                                        input_signature=[indices])
             step = functions[level].get_concrete_function()  # called without argument binding
         self._steps[level] = step
         return step
@@ -339,7 +340,7 @@ class Engine:
             def at_variables() -> tf.Tensor:
                 with tf.device(self.device):
                     return self._eval_here()[0]
-            self._eval_at_variables = tf.function(at_variables).get_concrete_function()
+            self._eval_at_variables = compiled(at_variables).get_concrete_function()
         return float(self._eval_at_variables())
 
     def hyper_variables(self) -> list[dict[str, Any]]:

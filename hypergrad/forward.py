@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 import tf_keras
 
+from engine.compiled import compiled
 from optimizers.base import RuleOptimizer
 from hypergrad.parameters import ParameterPlan
 from hypergrad.reverse import apply_rule, flat_dot, pure_step_with_grads, validation_gradient
@@ -78,8 +79,8 @@ class ForwardModeTrainer:
         self.z_slots = [{n: zeros_like_batched(s) for n, s in d.items()} for d in self.slot_vars]
         self.one_step_weights = [zeros_like_batched(v) for v in self.variables]
         self.traces = 0
-        self._step = tf.function(self._step_impl, jit_compile=jit_compile)
-        self._hypergradients = tf.function(self._hypergradients_impl)
+        self._step = compiled(self._step_impl, jit_compile=jit_compile)
+        self._hypergradients = compiled(self._hypergradients_impl)
 
     @property
     def tangent_bytes(self) -> int:

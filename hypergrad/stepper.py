@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorflow as tf
 
+from engine.compiled import compiled
 from engine import recording
 from engine.record_rows import HyperChangeRow, HypergradientRow, ResponseSliceRow
 from hypergrad.rtho import project, rtho_step
@@ -107,10 +108,10 @@ class HyperStepper:
                 engine.x_val, engine.y_val, jit_compile=FORWARD_JIT_COMPILE,
             )
             variables = self.trainer.variables
-            self._snapshot = tf.function(lambda: [tf.identity(v) for v in variables])
-            self._stats = tf.function(
+            self._snapshot = compiled(lambda: [tf.identity(v) for v in variables])
+            self._stats = compiled(
                 lambda before: recording.packed_stats(variables, self.opt, before))
-            self._hists = tf.function(
+            self._hists = compiled(
                 lambda before: recording.packed_histograms(variables, self.opt, before))
         n = len(self.series)
         self._no_stats = tf.zeros([n, 3], tf.float32)

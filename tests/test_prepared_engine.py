@@ -63,3 +63,23 @@ def test_a_different_config_builds_a_fresh_engine():
     prepared.keep(PreparedEngine(config, DEVICE))
     kept = prepared._PREPARED["engine"].engine
     assert prepared.take(config.model_copy(update={"steps": 7}), DEVICE) is kept
+
+
+def test_building_and_stepping_an_engine_rewrites_no_function_with_autograph(monkeypatch):
+    """AutoGraph's source rewrite was most of a fresh process's engine build (1.4 of 2.2 s):
+    every traced function of a run, train levels and evaluations, is traced as written."""
+    from tensorflow.python.autograph.impl import api
+
+    rewrites = []
+    convert = api._convert_actual
+    monkeypatch.setattr(api, "_convert_actual",
+                        lambda entity, ctx: rewrites.append(entity) or convert(entity, ctx))
+    config = RunConfig(dataset="digits", model="mlp", steps=10,
+                       optimizer="schedule_free_adamw")  # evaluated at x and at y
+    engine = Engine(config, DEVICE)
+    for record, histograms in ((False, False), (True, False), (True, True)):
+        loss, stats, hists = engine.step(record=record, with_histograms=histograms)
+    val_loss, accuracy = engine.evaluate()
+    assert np.isfinite(float(loss)) and np.isfinite(float(val_loss)) and 0 <= accuracy <= 1
+    assert np.isfinite(engine.evaluate_at_variables())
+    assert rewrites == []

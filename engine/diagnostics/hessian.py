@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from engine.compiled import compiled
+
 # loss(labels [b], logits [b, classes]) -> scalar
 LossFn = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
 
@@ -45,8 +47,8 @@ class LossHessian:
         self.sizes = [int(np.prod(s, dtype=np.int64)) for s in self.shapes]
         self.size = int(sum(self.sizes))
         self.dtype = self.variables[0].dtype
-        self._product = tf.function(self._product_body,
-                                    input_signature=[tf.TensorSpec([self.size], self.dtype)])
+        self._product = compiled(self._product_body,
+                                 input_signature=[tf.TensorSpec([self.size], self.dtype)])
 
     def _split(self, flat: tf.Tensor) -> list[tf.Tensor]:
         parts = tf.split(flat, self.sizes)

@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from engine.compiled import compiled
+
 
 EXAMPLES = 64  # m, per-example gradients per estimate
 EMA = 0.9  # weight of the past in the running means of tr(Sigma) and |G|^2
@@ -61,8 +63,8 @@ class PerExampleGradients:
                  y_train: tf.Tensor, examples: int = EXAMPLES):
         self.model, self.variables = model, list(variables)
         self.x_train, self.y_train, self.examples = x_train, y_train, examples
-        self._stats = tf.function(self._stats_body,
-                                  input_signature=[tf.TensorSpec([examples], tf.int32)])
+        self._stats = compiled(self._stats_body,
+                               input_signature=[tf.TensorSpec([examples], tf.int32)])
 
     def _stats_body(self, indices: tf.Tensor) -> tf.Tensor:
         x, y = tf.gather(self.x_train, indices), tf.gather(self.y_train, indices)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
+from engine.compiled import compiled
 from engine.models import variable_label
 
 
@@ -31,7 +32,7 @@ class WeightNorms:
     def __init__(self, variables: Sequence[tf.Variable]):
         self.variables = list(variables)
         self.labels = [variable_label(v) for v in self.variables]
-        self._norms = tf.function(lambda: tf.stack(
+        self._norms = compiled(lambda: tf.stack(
             [tf.cast(tf.norm(tf.reshape(v, [-1])), tf.float64) for v in self.variables]))
 
     def __call__(self) -> np.ndarray:
