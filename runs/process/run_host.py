@@ -61,10 +61,9 @@ def warm_up() -> Any:
     """Import TensorFlow and everything a run imports, configure the devices, and prepare the
     engine of the Train page's default Setup (`prepare_default`); returns it, or None.
 
-    Building it is also the process's first model build and first trace, which cost ~2 s more
-    than later ones (3.3 s vs 1.4 s measured on the loaded 2-core machine): a later run with
-    another config builds at the later cost. (A throwaway engine built first for that purpose
-    made the host ready ~0.9 s later, and the first Start of a fresh server waits for it.)
+    Building it is also the process's first model build and first trace, which cost a little
+    more than later ones (prepared in 1.4 s vs 1.0-1.35 s here, traced without AutoGraph:
+    `engine.compiled`): a later run with another config builds at the later cost.
 
     The runs' numbers do not depend on this: `engine.train_step.Engine` seeds everything from
     the run seed and every initialiser has an explicit seed (`engine.models`), and a prepared
