@@ -386,7 +386,9 @@ def accuracy_spec(
         _add_scatter(fig, {
             "x": rows["step"].to_numpy(), "y": rows["value"].to_numpy(float),
             "name": "val accuracy", "mode": point_mode(len(rows)), "marker": {"size": 5}})
-    _axis_titles(fig, "step", "accuracy", rangemode="tozero")
+    # an empty plot would autorange to 0..4: an accuracy lies in [0, 1]
+    _axis_titles(fig, "step", "accuracy", rangemode="tozero",
+                 **({"range": [0, 1]} if rows.empty else {}))
     return _finish(fig, uirevision, "Validation accuracy", height)
 
 

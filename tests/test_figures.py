@@ -39,6 +39,12 @@ def test_accuracy_figure(scalars):
     assert len(fig.data) == 1 and fig.data[0].name == "val accuracy"
     assert list(fig.data[0].x) == [2] and list(fig.data[0].y) == [0.4]
     assert fig.layout.uirevision == "run-3"
+    assert fig.layout.yaxis.range is None  # autoranged around the points
+
+
+def test_an_empty_accuracy_plot_spans_zero_to_one_not_plotlys_default():
+    fig = figures.accuracy_figure(pd.DataFrame(columns=["step", "name", "value"]))
+    assert tuple(fig.layout.yaxis.range) == (0, 1)
 
 
 @pytest.mark.parametrize("builder", [figures.loss_figure, figures.accuracy_figure])
