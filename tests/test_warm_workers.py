@@ -341,6 +341,28 @@ def test_a_run_of_the_default_setup_trains_its_first_step_before_the_host_prepar
 
 
 @pytest.mark.slow
+def test_a_run_given_while_the_host_imports_comes_before_the_default_engines_preparation(
+        store, warm):
+    """A fresh server's first Start reaches a host still importing TensorFlow: the host builds
+    that run's engine at once, without preparing and rehearsing the default Setup's first,
+    and prepares it once the run has trained its first step."""
+    run_id = control.start_run(fields.page_defaults().model_copy(update={"steps": 200}), store)
+    assert store.run(run_id)["worker"] == "host 1"  # given to the host while it warms up
+    assert worker_table.row(store, 1)["state"] == "warming"
+    assert waiting.wait_for_status(store, run_id, FINAL_STATUSES,
+                                   timeout_s=240)["status"] == "finished"
+    log = pool.host_log_path(store, 1)
+    preparing = wait_until(lambda: [line for line in log.read_text().splitlines()
+                                    if line.startswith("preparing the default Setup's engine")],
+                           120, "the host prepares the default Setup's engine")
+    lines = log.read_text().splitlines()
+    warmed = [i for i, line in enumerate(lines) if line.startswith("warmed up with run(s) ")]
+    assert warmed and f"run(s) {run_id} waiting" in lines[warmed[0]], lines
+    assert lines.index(preparing[0]) > warmed[0]
+    assert not any(f"run {run_id} at step 0" in line for line in preparing), preparing
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("warm", [1], indirect=True)
 def test_a_queued_run_waits_while_the_pool_is_full_then_runs(store, warm):
     warm.wait_ready(1, timeout_s=240)

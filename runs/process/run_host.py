@@ -3,8 +3,9 @@
 One process, TensorFlow imported once, that trains MANY runs. Started by the warm pool
 (`runs.service.warm_pool`) before any run needs it, it pays the slow part up front - importing
 TensorFlow, tf_keras and the engine (4-5 s, ~750 MB on the 2-core machine), configuring the
-devices and preparing the engine of the Train page's default Setup (`engine.prepared`) - then
-marks its row `ready`.
+devices and preparing the engine of the Train page's default Setup (`engine.prepared`; not when
+a run given to it while it imported already waits: that run builds its own engine first) -
+then marks its row `ready`.
 
 Runs are given to it by the dispatcher (`runs.service.worker_table.assign`: `runs.worker =
 'host <id>'`, one transaction) while it holds fewer than its capacity
@@ -57,17 +58,13 @@ EXIT_DONE = 0
 EXIT_ORPHANED = 3
 
 
-def warm_up() -> Any:
-    """Import TensorFlow and everything a run imports, configure the devices, and prepare the
-    engine of the Train page's default Setup (`prepare_default`); returns it, or None.
+def warm_up() -> None:
+    """Import TensorFlow and everything a run imports, and configure the devices (the first
+    model build and first trace come after: `prepare_default`, or the first run's own engine).
 
-    Building it is also the process's first model build and first trace, which cost a little
-    more than later ones (prepared in 1.4 s vs 1.0-1.35 s here, traced without AutoGraph:
-    `engine.compiled`): a later run with another config builds at the later cost.
-
-    The runs' numbers do not depend on this: `engine.train_step.Engine` seeds everything from
-    the run seed and every initialiser has an explicit seed (`engine.models`), and a prepared
-    engine is restored bit for bit before a run adopts it."""
+    The runs' numbers do not depend on what is built first: `engine.train_step.Engine` seeds
+    everything from the run seed and every initialiser has an explicit seed (`engine.models`),
+    and a prepared engine is restored bit for bit before a run adopts it."""
     import tensorflow as tf
 
     from engine.devices import configure_gpus
@@ -76,7 +73,6 @@ def warm_up() -> Any:
 
     configure_gpus()
     tf.constant(1.0).numpy()
-    return prepare_default()
 
 
 def prepare_default() -> Any:
@@ -112,17 +108,21 @@ class RunHost:
     Args:
         store: the run store; host_id: this host's `workers` row; parent: the pool's pid.
         prepared: a `PreparedEngine` to adopt for the first run of its config, or None.
+        keep_prepared: prepare the default Setup's engine whenever none is kept and no held
+            run waits for its first step (None: when `prepared` was given; a failed
+            preparation is not tried again).
         record_pid: write this process's pid on the runs it takes (`host_main`).
     """
 
     def __init__(self, store: RunStore, host_id: int, parent: int, prepared: Any = None,
-                 record_pid: bool = True):
+                 record_pid: bool = True, keep_prepared: bool | None = None):
         from runs.process.host_scheduler import HostScheduler
 
         self.store, self.host_id, self.parent = store, host_id, parent
         self.prepared = prepared
         self.record_pid = record_pid
-        self._prepare = prepared is not None  # keep a prepared default engine at all times
+        # keep a prepared default engine at all times (by default: when one was given)
+        self._prepare = prepared is not None if keep_prepared is None else keep_prepared
         self.scheduler = HostScheduler(on_end=self._ended)
         self.signalled: int | None = None
         self._lowered = False
@@ -320,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def host_main(store_location: str, host_id: int, parent: int, record_pid: bool = True,
               on_host: Callable[[RunHost], Any] | None = None) -> int:
-    """The life of a host after its start: warm up (`warm_up`), mark its `workers` row
+    """The life of a host after its start: warm up (`warm_up`), prepare the default Setup's
+    engine unless a run given to it already waits (`prepare_default`), mark its `workers` row
     `ready`, serve runs (`RunHost.serve`), leave the row `gone`; returns the exit code. Shared
     by the host process (`main`) and the Ray host actor (`runs.service.ray_hosts`).
 
@@ -332,12 +333,21 @@ def host_main(store_location: str, host_id: int, parent: int, record_pid: bool =
         on_host: called with the `RunHost` before it serves (the process installs its SIGTERM
             handler there).
     """
-    prepared = warm_up()
+    warm_up()
     from runs.service import worker_table
     from runs.store.run_store import RunStore
 
     store = RunStore(store_location)
-    host = RunHost(store, host_id, parent, prepared, record_pid=record_pid)
+    # A Start given while the host imported is waiting: its run builds its own engine at once
+    # (~0.5 s, its later recording levels traced on their first use) rather than after a
+    # preparation of the default one with its rehearsal; the host prepares that afterwards.
+    waiting = worker_table.new_runs(store, host_id)
+    if waiting:
+        print(f"warmed up with run(s) {', '.join(map(str, waiting))} waiting: their engines are "
+              "built before the default Setup's is prepared", file=sys.stderr, flush=True)
+    prepared = None if waiting else prepare_default()
+    host = RunHost(store, host_id, parent, prepared, record_pid=record_pid,
+                   keep_prepared=bool(waiting) or prepared is not None)
     if on_host is not None:
         on_host(host)
     if not worker_table.set_state(store, host_id, "ready", only_from=("warming",)):
