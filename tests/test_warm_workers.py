@@ -346,6 +346,9 @@ def test_a_run_given_while_the_host_imports_comes_before_the_default_engines_pre
     """A fresh server's first Start reaches a host still importing TensorFlow: the host builds
     that run's engine at once, without preparing and rehearsing the default Setup's first,
     and prepares it once the run has trained its first step."""
+    wait_until(lambda: [h for h in worker_table.hosts(store) if h["state"] == "warming"
+                        and h["pid"]], 60,
+               "the host's row, warming")  # its process is started in the background
     run_id = control.start_run(fields.page_defaults().model_copy(update={"steps": 200}), store)
     assert store.run(run_id)["worker"] == "host 1"  # given to the host while it warms up
     assert worker_table.row(store, 1)["state"] == "warming"
