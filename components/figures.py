@@ -347,7 +347,9 @@ def loss_spec(
                                "mode": "lines", "opacity": 0.3,
                                "line": {"color": qualitative.Plotly[0]}})
             values = np.asarray(ema(steps, values, smoothing))
-        _add_scatter(fig, {"x": steps, "y": values, "name": "train loss", "mode": "lines",
+        # a line through one point draws nothing: a run's first step shows as a marker
+        _add_scatter(fig, {"x": steps, "y": values, "name": "train loss",
+                           "mode": "lines" if len(steps) > 1 else "markers",
                            "marker": {"size": 5}, "line": {"color": qualitative.Plotly[0]}})
     rows = _series(scalars, "val_loss")
     at_y = _series(scalars, VAL_LOSS_AT_VARIABLES)

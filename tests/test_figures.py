@@ -42,6 +42,13 @@ def test_accuracy_figure(scalars):
     assert fig.layout.yaxis.range is None  # autoranged around the points
 
 
+def test_a_single_train_loss_point_is_drawn_as_a_marker_then_the_curve_as_a_line():
+    one = pd.DataFrame({"step": [1], "name": ["train_loss"], "value": [2.3]})
+    assert figures.loss_figure(one).data[0].mode == "markers"
+    two = pd.DataFrame({"step": [1, 2], "name": ["train_loss"] * 2, "value": [2.3, 2.2]})
+    assert figures.loss_figure(two).data[0].mode == "lines"
+
+
 def test_an_empty_accuracy_plot_spans_zero_to_one_not_plotlys_default():
     fig = figures.accuracy_figure(pd.DataFrame(columns=["step", "name", "value"]))
     assert tuple(fig.layout.yaxis.range) == (0, 1)
