@@ -11,6 +11,13 @@ it: until it answers, `device_names` returns the CPU that every TensorFlow machi
 (Measured: starting it at server start made the first Train paint slower while the page itself
 still imported TensorFlow, the two imports competing for the same cores.)
 
+A server that keeps local run hosts (the default) needs no child of its own: each host imports
+TensorFlow and configures the GPUs the same way anyway, and writes the names it then lists
+beside the store (`runs.store.host_devices`). The probe thread waits up to `HOST_WAIT_S` for a
+live host's answer and starts its own child only without one (measured: the child's
+TensorFlow import, ~5 s of CPU, ran beside the first host's and delayed a fresh server's first
+Start).
+
 No Streamlit and no TensorFlow imported here.
 """
 
@@ -20,13 +27,21 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from runs.service import executor
+from runs.store import host_devices
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 # TensorFlow's import in the child: 4-5 s idle, 15-78 s measured under load (ARCHITECTURE.md).
 PROBE_TIMEOUT_S = 300.0
 PROVISIONAL = ("/device:CPU:0",)  # every TensorFlow build has this logical device
+# how long the probe waits for a local run host's answer before starting its own child: a
+# fresh host imports TensorFlow in 5-10 s here, more on a loaded machine
+HOST_WAIT_S = 60.0
+HOST_POLL_S = 0.2
 PROBE_CODE = (
     "import json, lab_env\n"
     "from engine import devices\n"
@@ -54,6 +69,25 @@ _LOCK = threading.Lock()
 _STATE: dict[str, object] = {"thread": None, "answer": None}
 
 
+def host_answer(data_dir: Path) -> DeviceList | None:
+    """The final `DeviceList` a live local run host wrote in `data_dir`
+    (`runs.store.host_devices`), or None."""
+    names = host_devices.read(data_dir)
+    return DeviceList(names, True) if names else None
+
+
+def local_hosts_dir() -> Path | None:
+    """Where this server's local run hosts write their devices (the default store's data
+    directory), or None when runs get no local hosts (`OPTIMIZER_LAB_WARM_WORKERS=off`, the Ray
+    executor, or a refused setting: the pages say which)."""
+    try:
+        if not executor.warm_enabled() or executor.chosen() != executor.LOCAL:
+            return None
+    except ValueError:
+        return None
+    return host_devices.default_data_dir()
+
+
 def probe(timeout_s: float = PROBE_TIMEOUT_S, python: str = sys.executable) -> DeviceList:
     """Ask a child process for the logical devices (blocks up to `timeout_s` seconds).
 
@@ -78,8 +112,18 @@ def probe(timeout_s: float = PROBE_TIMEOUT_S, python: str = sys.executable) -> D
     return DeviceList(tuple(names), True)
 
 
-def _run_probe() -> None:
-    answer = probe()
+def _run_probe(host_dir: Path | None) -> None:
+    """The probe thread: a live local host's answer in `host_dir` (polled for up to
+    `HOST_WAIT_S` seconds), else a child process of its own (`probe`)."""
+    answer = None
+    deadline = time.monotonic() + HOST_WAIT_S
+    while host_dir is not None:
+        answer = host_answer(host_dir)
+        if answer is not None or time.monotonic() >= deadline:
+            break
+        time.sleep(HOST_POLL_S)
+    if answer is None:
+        answer = probe()
     with _LOCK:
         _STATE["answer"] = answer
 
@@ -89,7 +133,8 @@ def start_probe() -> None:
     with _LOCK:
         if _STATE["thread"] is not None:
             return
-        thread = threading.Thread(target=_run_probe, name="device-probe", daemon=True)
+        thread = threading.Thread(target=_run_probe, args=(local_hosts_dir(),),
+                                  name="device-probe", daemon=True)
         _STATE["thread"] = thread
     thread.start()
 
@@ -113,5 +158,5 @@ def _reset_for_tests() -> None:
         _STATE["answer"] = None
 
 
-__all__ = ["DeviceList", "PROBE_TIMEOUT_S", "PROVISIONAL", "device_names", "probe",
-           "start_probe"]
+__all__ = ["DeviceList", "HOST_WAIT_S", "PROBE_TIMEOUT_S", "PROVISIONAL", "device_names",
+           "host_answer", "local_hosts_dir", "probe", "start_probe"]

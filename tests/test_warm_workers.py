@@ -21,7 +21,7 @@ import pytest
 
 from _waiting import wait_until
 from runs.service import control, pool, waiting, warm_pool, worker_table
-from runs.store import admission
+from runs.store import admission, host_devices
 from runs.store.processes import process_start
 from runs.protocol import FINAL_STATUSES
 from runs.store.processes import pid_alive
@@ -363,6 +363,8 @@ def test_a_run_given_while_the_host_imports_comes_before_the_default_engines_pre
     assert warmed and f"run(s) {run_id} waiting" in lines[warmed[0]], lines
     assert lines.index(preparing[0]) > warmed[0]
     assert not any(f"run {run_id} at step 0" in line for line in preparing), preparing
+    # the devices it lists are offered by the server without a TensorFlow child of its own
+    assert "/device:CPU:0" in (host_devices.read(store.data_dir) or ())
 
 
 @pytest.mark.slow

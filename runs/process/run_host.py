@@ -75,6 +75,15 @@ def warm_up() -> None:
     tf.constant(1.0).numpy()
 
 
+def publish_devices(data_dir: Path) -> None:
+    """Write the logical devices this host sees for the server's device list
+    (`runs.store.host_devices`): the server then starts no TensorFlow child to list them."""
+    from engine.devices import list_devices
+    from runs.store import host_devices
+
+    host_devices.write(data_dir, [device["name"] for device in list_devices()])
+
+
 def prepare_default() -> Any:
     """A `engine.prepared.PreparedEngine` of the Train page's default Setup
     (`settings.fields.page_defaults()`) on the device a run would get: a run of that config
@@ -338,6 +347,8 @@ def host_main(store_location: str, host_id: int, parent: int, record_pid: bool =
     from runs.store.run_store import RunStore
 
     store = RunStore(store_location)
+    if record_pid:  # a local host: the server offers the devices it sees (not a Ray actor's)
+        publish_devices(store.data_dir)
     # A Start given while the host imported is waiting: its run builds its own engine at once
     # (~0.5 s, its later recording levels traced on their first use) rather than after a
     # preparation of the default one with its rehearsal; the host prepares that afterwards.
