@@ -4,13 +4,13 @@ A run host (`runs.process.run_host`) has TensorFlow imported before any run need
 still pays after Start is building its `Engine` (data on the device, model, optimizer slots,
 tracing the train and eval steps, without AutoGraph (`engine.compiled`): ~0.5 s here) and the
 first call of each traced function (graph optimisation: ~0.2 s; in graph mode each recording
-level is its own function, traced on first use: another 0.15-0.3 s at steps 2 and 1,001). `prepare(config, device)` pays all of them
-ahead for the configuration a run is most likely to ask for (the Train page's default Setup):
-it builds the engine, runs one evaluation and one train step at every recording level, then
-restores every model variable, every optimizer variable (slots, wrappers' inner slots,
-hyperparameters, `iterations`) and the batch order from copies taken before, bit for bit. A run
-whose config `can_serve` then adopts it and trains exactly as a freshly built engine would
-(tests/test_prepared_engine.py).
+level is its own function, traced on first use: another 0.15-0.3 s at steps 2 and 1,001).
+`prepare(config, device)` pays all of them ahead for the configuration a run is most likely to
+ask for (the Train page's default Setup): it builds the engine, runs one evaluation and one
+train step at every recording level, then restores every model variable, every optimizer
+variable (slots, wrappers' inner slots, hyperparameters, `iterations`) and the batch order from
+copies taken before, bit for bit. A run whose config `can_serve` then adopts it and trains
+exactly as a freshly built engine would (tests/test_prepared_engine.py).
 
 What may differ between the prepared config and a run's for it to serve: only `steps`,
 `eval_every` and the diagnostics' settings, which the run loop reads and the traced step does
