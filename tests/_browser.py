@@ -34,8 +34,14 @@ def no_exception(page, name: str) -> None:
 def set_number(page, label: str, value: str, settle: bool = True) -> None:
     """Type `value` into the number input labelled `label`, commit it with Enter and (with
     `settle`) wait until the script run it caused is over: typing into the next widget while
-    that rerun is in flight can lose the typed value (seen in CI on a loaded machine)."""
+    that rerun is in flight can lose the typed value (seen in CI on a loaded machine). While a
+    rerun replaces the widget, the page may hold the old and the new input for a moment (seen
+    on a loaded machine): it waits until one is left."""
     box = page.get_by_role("spinbutton", name=label, exact=True)
+    for _ in range(600):  # up to 60 s; then `fill` says what it found
+        if box.count() == 1:
+            break
+        page.wait_for_timeout(100)
     box.fill(value)
     box.press("Enter")
     if settle:
