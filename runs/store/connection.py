@@ -76,6 +76,14 @@ def is_url(location: str | os.PathLike | None) -> bool:
     return location is not None and str(location).startswith(URL_PREFIXES)
 
 
+def data_dir_of(location: str | os.PathLike) -> Path:
+    """The folder of a store's files (logs, exports, checkpoints): the SQLite file's folder, or
+    `$OPTIMIZER_LAB_HOME` for a PostgreSQL URL."""
+    from runs.store.files import data_dir
+
+    return data_dir() if is_url(location) else Path(location).parent
+
+
 def database_errors() -> tuple[type[BaseException], ...]:
     """The exception classes of the drivers in use (`sqlite3.Error`, `psycopg.Error` when
     psycopg is imported): what a caller catches to retry on a fresh connection."""

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from runs.store import files
-from runs.store.connection import is_url
+from runs.store.connection import data_dir_of
 from runs.store.processes import process_start, same_process_alive
 
 FILE_NAME = "devices.json"
@@ -51,8 +51,7 @@ def read(data_dir: Path) -> tuple[str, ...] | None:
 def default_data_dir() -> Path:
     """The data directory of the default store (`RunStore().data_dir`), without opening it:
     the SQLite file's folder, or `$OPTIMIZER_LAB_HOME` for a PostgreSQL store."""
-    location = files.default_store()
-    return files.data_dir() if is_url(location) else Path(location).parent
+    return data_dir_of(files.default_store())
 
 
 __all__ = ["FILE_NAME", "default_data_dir", "read", "write"]

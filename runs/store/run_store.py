@@ -51,8 +51,8 @@ import pandas as pd
 from runs.protocol import ACTIVE_STATUSES, FINAL_STATUSES, LIVE_STATUSES, QUEUED, checked_name
 from runs.store import admission
 from runs.store.commands import CommandQueue
-from runs.store.connection import Backend, column_names, dict_rows, for_update
-from runs.store.files import _unavailable, data_dir, default_store, take_last_words
+from runs.store.connection import Backend, column_names, data_dir_of, dict_rows, for_update
+from runs.store.files import _unavailable, default_store, take_last_words
 from runs.store.processes import pid_alive, same_process_alive
 from runs.store.records import Records
 from runs.store.schema import (
@@ -130,7 +130,7 @@ class RunStore:
     def data_dir(self) -> Path:
         """The folder of this server's files (logs, exports): the SQLite file's folder, or
         `$OPTIMIZER_LAB_HOME` for a PostgreSQL store."""
-        return self.path.parent if isinstance(self.path, Path) else data_dir()
+        return data_dir_of(self.path)
 
     def __getattr__(self, name: str) -> Any:
         # called only for names the class lacks: the public methods of its parts
