@@ -35,8 +35,22 @@ def _check(directory: str, import_timeout: float, check_timeout: float) -> Futur
     key = (directory, import_timeout, check_timeout)
     with _LOCK:
         if key not in _CHECKS:
-            _CHECKS[key] = _EXECUTOR.submit(plugins.check_bounded, *key)
+            _CHECKS[key] = _EXECUTOR.submit(plugins.check_bounded, *key, nice=_child_nice())
         return _CHECKS[key]
+
+
+def _child_nice() -> int:
+    """The check child's CPU priority drop: the runs' (`runs.service.pool.worker_nice`; 0 when
+    that setting is refused, which a run's start reports). On a fresh server the child
+    imports TensorFlow beside the first run host, whose import a first Start waits for; at the
+    runs' priority it takes the CPU those and the pages leave, and shares it evenly with runs
+    that train."""
+    from runs.service.pool import worker_nice
+
+    try:
+        return worker_nice()
+    except ValueError:
+        return 0
 
 
 def _timeouts() -> tuple[float, float]:

@@ -329,12 +329,13 @@ def discover_bounded(directory: Path | str | None = None, import_timeout: float 
 
 
 def check_bounded(directory: Path | str | None = None, import_timeout: float | None = None,
-                  check_timeout: float | None = None) -> list[dict]:
+                  check_timeout: float | None = None, nice: int = 0) -> list[dict]:
     """The slow half of `discover_bounded`: the child process's reports as JSON dicts, nothing
     registered (safe to run in a background thread; `register_checked` then registers in the
-    caller's thread)."""
+    caller's thread). `nice`: the child's CPU priority drop (`plugin_process.check_in_child`)."""
     folder = Path(directory) if directory is not None else plugins_dir()
-    return plugin_process.check_in_child(plugin_files(folder), import_timeout, check_timeout)
+    return plugin_process.check_in_child(plugin_files(folder), import_timeout, check_timeout,
+                                         nice)
 
 
 def register_checked(datas: list[dict]) -> list[PluginReport]:
@@ -400,15 +401,24 @@ def ensure_registered(name: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m optimizer_plugins.plugin_discovery --check FILE...`: the check process of `discover_bounded`.
+    """`python -m optimizer_plugins.plugin_discovery [--nice N] --check FILE...`: the check
+    process of `discover_bounded`.
 
-    Imports and contract-checks each file in turn (nothing registered) and writes one JSON line
-    per event on its stdout (protocol: `optimizer_plugins.plugin_process`); the plugins' own output,
-    and TensorFlow's, goes to stderr.
+    Lowers its CPU priority by N first (`os.nice`; a refusal leaves it as it is), then imports
+    and contract-checks each file in turn (nothing registered) and writes one JSON line per event
+    on its stdout (protocol: `optimizer_plugins.plugin_process`); the plugins' own output, and
+    TensorFlow's, goes to stderr.
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--nice"] and len(args) > 1 and args[1].isdigit():
+        try:
+            os.nice(int(args[1]))
+        except OSError:  # a platform or sandbox that refuses: checked at full priority
+            pass
+        args = args[2:]
     if not args or args[0] != "--check":
-        print("usage: python -m optimizer_plugins.plugin_discovery --check FILE...", file=sys.stderr)
+        print("usage: python -m optimizer_plugins.plugin_discovery [--nice N] --check FILE...",
+              file=sys.stderr)
         return 2
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)

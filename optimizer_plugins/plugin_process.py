@@ -94,13 +94,16 @@ def _refused(path: str, reason: str) -> dict:
 
 
 def check_in_child(paths: Sequence[Path | str], import_timeout: float | None = None,
-                   check_timeout: float | None = None) -> list[dict]:
+                   check_timeout: float | None = None, nice: int = 0) -> list[dict]:
     """Import and contract-check every file of `paths` in child processes, bounded in time.
 
     Args:
         paths: plugin files, in the order to check them.
         import_timeout, check_timeout: seconds per file (default: `import_timeout_s()`,
             `check_timeout_s()`).
+        nice: how much the child lowers its CPU priority (`os.nice`, 0 to 19) before it
+            imports TensorFlow: a server's background check then leaves the CPU to the pages
+            and to a run host that imports TensorFlow at the same time.
 
     Returns:
         One report dict per file, in order: `path` (resolved), `error` (None, a traceback, or
@@ -117,7 +120,7 @@ def check_in_child(paths: Sequence[Path | str], import_timeout: float | None = N
     remaining = list(given)
     reports: dict[str, dict] = {}
     while remaining:
-        done = _run_child(remaining, import_timeout, check_timeout, reports)
+        done = _run_child(remaining, import_timeout, check_timeout, reports, nice)
         remaining = [p for p in remaining if p not in reports]
         if not done and remaining:  # the child could not start: report the rest
             for path in remaining:
@@ -128,11 +131,12 @@ def check_in_child(paths: Sequence[Path | str], import_timeout: float | None = N
 
 
 def _run_child(paths: list[str], import_timeout: float, check_timeout: float,
-               reports: dict[str, dict]) -> bool:
+               reports: dict[str, dict], nice: int = 0) -> bool:
     """One child over `paths`; fills `reports` until it ends or a file overruns. Returns False
     when the child never said it was ready."""
+    priority = ["--nice", str(nice)] if nice else []
     process = subprocess.Popen(
-        [sys.executable, "-m", "optimizer_plugins.plugin_discovery", "--check", *paths],
+        [sys.executable, "-m", "optimizer_plugins.plugin_discovery", *priority, "--check", *paths],
         cwd=PROJECT_ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, text=True)
     lines: queue.Queue = queue.Queue()

@@ -107,7 +107,7 @@ def test_plugins_page_names_each_failed_file(plugin_dir, monkeypatch):
     monkeypatch.setenv(plugins.ENV_VAR, str(plugin_dir))
     # the contract check is stubbed in this process (see `plugin_dir`); a bounded check would
     # run it in a child that cannot see the stub (tests/test_plugin_timeout.py covers that path)
-    monkeypatch.setattr(plugins, "check_bounded", lambda directory=None, *a: [
+    monkeypatch.setattr(plugins, "check_bounded", lambda directory=None, *a, **kw: [
         dataclasses.asdict(report) for report in plugins.discover(directory)])
     at = _plugins_page()
     errors = [e.value for e in at.error]

@@ -86,3 +86,30 @@ def test_the_hang_costs_the_timeout_not_more(tmp_path, monkeypatch):
     assert report["error"] == "import did not finish in 1 s: not loaded"
     import_seen = next(t for t, line in events if line and '"event": "import"' in line)
     assert 1.0 <= done - import_seen < 6.0, done - import_seen
+
+
+@pytest.mark.slow
+def test_the_check_child_runs_at_the_priority_asked(tmp_path, monkeypatch):
+    """A server's background check asks its child to yield the CPU (`nice`): the plugin file,
+    imported in the child, sees its process's niceness raised by that much."""
+    import os
+
+    seen = tmp_path / "niceness.txt"
+    plugin = tmp_path / "records_its_niceness.py"
+    plugin.write_text("import os, pathlib\n"
+                      f"pathlib.Path({str(seen)!r}).write_text(str(os.nice(0)))\n")
+    base = os.nice(0)
+
+    (report,) = plugin_process.check_in_child([plugin], nice=7)
+
+    assert report["error"] is None, report
+    assert int(seen.read_text()) == min(19, base + 7)
+
+
+@pytest.mark.parametrize("setting, nice", [("", 10), ("3", 3), ("0", 0), ("abc", 0)])
+def test_the_servers_check_takes_the_runs_priority(monkeypatch, setting, nice):
+    from components import plugin_loader
+    from runs.service import pool
+
+    monkeypatch.setenv(pool.NICE_ENV, setting)
+    assert plugin_loader._child_nice() == nice
