@@ -4,8 +4,9 @@ is the `page()` function of its module in `views/` (`views.PAGES`), at URL `/<mo
 The server never imports TensorFlow for the pages that only show specs, runs and records
 (Home, Train, Runs, Hyper-gradients): a page's module is imported the first time someone opens
 it, optimizer facts come from `optimizers.catalog`, plugins are checked and described in a child
-process (`components.plugin_loader`), and the device list comes from a child too
-(`components.device_list`, started by the first page that asks).
+process (`components.plugin_loader`), and the device list comes from the run host or a child
+(`components.device_list`, started by the first page that asks). The first run host starts with
+the server's first script run, from a background thread (`components.early_hosts`).
 tests/test_tf_free_server.py holds it to that.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Callable
 import lab_env  # noqa: F401  (Keras 2 before TensorFlow loads)
 import streamlit as st
 
-from components import links
+from components import early_hosts, links
 from views import HOME as HOME_PATH
 from views import PAGES as PAGE_TABLE
 
@@ -70,6 +71,7 @@ def sidebar_services() -> None:
 
 
 pg = st.navigation(PAGES)
+early_hosts.start_run_hosts()  # a background thread: the first Start's host imports meanwhile
 # The services' place is fixed before the page adds its own sidebar widgets (the heartbeat
 # fragment's identity follows its position); they run after the page, so Home's heading is
 # sent before they import pandas and the store (~1 s of the first paint on this machine).
