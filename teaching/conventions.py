@@ -218,14 +218,21 @@ def schedule_free_live_mean(steps: int = 30, lr: float = 0.01) -> tuple[np.ndarr
 # Epsilon: the lab registers it with `_set_hyper` (a tf.Variable: live changes, hyper-gradients);
 # Keras 2 keeps a plain float ("epsilon is set regularly, as it's never needed as a tensor
 # variable"), a constant of the traced step. Its cost, measured with bench/bench_optimizers.py
-# ("adam" vs "adam eps const": the lab's Adam with epsilon baked in), fused step / Keras's.
+# ("adam" vs "adam eps const": the lab's Adam with epsilon baked in), fused step / Keras's, both
+# modes in one run; and what any extra variable costs an XLA step (bench/bench_variable_cost.py,
+# the same MLP step reading K more scalar variables).
 EPSILON_COST = {
     "command": "PYTHONPATH=. python bench/bench_optimizers.py --only 'adam,adam eps const'",
-    "graph": "fused/Keras: adam 0.999x (float lr), 1.019x (schedule + decay); epsilon baked in "
-             "1.067x, 1.082x: no gain within the run's noise floor (control 1.11x, a loaded "
-             "2-core machine)",
-    "xla": "not measured in this round (the loaded machine did not reach the XLA rows); "
-           "earlier: 0.996-1.019x for the lab's optimizers overall",
+    "graph": "fused/Keras: adam 1.042x (float lr), 1.007x (schedule + decay); epsilon baked in "
+             "1.009x, 1.031x; control row (Keras vs Keras) 1.018x: no difference beyond the "
+             "noise",
+    "xla": "fused/Keras: adam 1.009x, 1.004x; epsilon baked in 1.019x, 1.015x; control 1.007x: "
+           "no difference beyond the noise",
+    "per_variable": "2.7-3.0 us per extra scalar variable read (0.2 % of the 1.35 ms step), "
+                    "4.9-7.7 us read and assigned (0.4-0.6 %): the price of each live "
+                    "hyperparameter, or of a per-variable scalar state (Nadam's momentum cache "
+                    "in the lab's rule) that Keras keeps as a constant or once",
+    "per_variable_command": "PYTHONPATH=. python bench/bench_variable_cost.py",
 }
 
 

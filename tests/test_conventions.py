@@ -108,6 +108,9 @@ def test_conventions_page_and_figure(tmp_path, monkeypatch):
     monkeypatch.setenv("OPTIMIZER_LAB_HOME", str(tmp_path))
     at = page_test("conventions", default_timeout=60).run()
     assert not at.exception, at.exception
+    (cost,) = [t for t in at.table if "XLA, any extra variable" in str(t.value)]
+    assert list(cost.value["mode"]) == ["graph", "XLA", "XLA, any extra variable"]
+    assert "us per extra scalar variable" in cost.value["measured"].iloc[2]
     at.selectbox(key="cv_family").select("SGD momentum (lr halved at the middle step)").run()
     assert not at.exception, at.exception
     assert "halved at step 200" in at.info[0].value
