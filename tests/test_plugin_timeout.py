@@ -6,6 +6,7 @@ import overruns `OPTIMIZER_LAB_PLUGIN_TIMEOUT_S` is reported and never imported 
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -89,11 +90,9 @@ def test_the_hang_costs_the_timeout_not_more(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_check_child_runs_at_the_priority_asked(tmp_path, monkeypatch):
+def test_the_check_child_runs_at_the_priority_asked(tmp_path):
     """A server's background check asks its child to yield the CPU (`nice`): the plugin file,
     imported in the child, sees its process's niceness raised by that much."""
-    import os
-
     seen = tmp_path / "niceness.txt"
     plugin = tmp_path / "records_its_niceness.py"
     plugin.write_text("import os, pathlib\n"
