@@ -12,6 +12,7 @@ error. Ownership is checked by the run service (`runs.service.ownership`), never
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pandas as pd
@@ -144,8 +145,8 @@ def status_line(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> 
 
 def first_step_wait(store: RunStore, run: dict[str, Any]) -> str:
     """What a started run without a step yet waits for ("" once it has one, or when not
-    started): its run host importing TensorFlow (the first Start of a fresh server waits ~10 s
-    for it), its engine being built and its first step traced, or a process of its own."""
+    started): its run host importing TensorFlow (the first Start of a fresh server waits ~6-10 s
+    for it, counted from the host's start), its engine being built and its first step traced, or a process of its own."""
     from runs.service import worker_table
 
     if run["step"] or run["status"] not in ("starting", "running"):
@@ -153,12 +154,13 @@ def first_step_wait(store: RunStore, run: dict[str, Any]) -> str:
     host = worker_table.host_id_of(run.get("worker"))
     if host is not None:
         try:
-            warming = worker_table.row(store, host)["state"] == "warming"
+            worker = worker_table.row(store, host)
         except KeyError:
-            warming = False
-        if warming:
-            return (f"waiting for run host {host} to import TensorFlow (a new host: ~10 s, "
-                    "longer on a busy machine)")
+            worker = {"state": "gone"}
+        if worker["state"] == "warming":  # how long so far: the wait's progress
+            since = max(0.0, time.time() - float(worker["created"]))
+            return (f"waiting for run host {host} to import TensorFlow ({since:.0f} s so far; "
+                    "a new host takes ~6-10 s, longer on a busy machine)")
         return "building its model and tracing its first step"
     if run.get("worker") == "cold":
         return "its own process imports TensorFlow, then builds the model (~10 s)"
