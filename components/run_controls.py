@@ -146,7 +146,8 @@ def status_line(store: RunStore, run: dict[str, Any], scalars: pd.DataFrame) -> 
 def first_step_wait(store: RunStore, run: dict[str, Any]) -> str:
     """What a started run without a step yet waits for ("" once it has one, or when not
     started): its run host importing TensorFlow (the first Start of a fresh server waits ~6-10 s
-    for it, counted from the host's start), its engine being built and its first step traced, or a process of its own."""
+    for it, counted from the host's start), its engine being built and its first step traced,
+    or a process of its own."""
     from runs.service import worker_table
 
     if run["step"] or run["status"] not in ("starting", "running"):
